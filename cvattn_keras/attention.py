@@ -1,0 +1,354 @@
+"""The functional core of complex attention, on stacked per-head tensors.
+
+Shapes use B = batch, T = query length, S = key length, N = heads,
+H = key/query head width and V = value head width, both in complex units.
+Per-head tensors are laid out like `keras.ops.dot_product_attention`'s,
+`(B, T, N, 2H)`, each head's features stacked `[real | imag]`.
+
+With the score `A = scale * <q, k>` (`(T, S)` per head, complex):
+
+| softmax   | paper  | weights `W`                          |
+| --------- | ------ | ------------------------------------ |
+| "real"    | CAtt   | `softmax(Re A)`, real                |
+| "abs"     | APAtt  | `softmax(abs(A)) * sgn(A)`, complex  |
+| "absonly" | AAtt   | `softmax(abs(A))`, real              |
+| "naive"   | RIAtt  | `softmax(Re A) + i softmax(Im A)`    |
+
+| product    | reference | `<q, k>`       |
+| ---------- | --------- | -------------- |
+| "inner"    | "ip"      | `q conj(k)^T`  |
+| "bilinear" | "cp"      | `q k^T`        |
+
+and the output is the complex product `W v`.
+
+Every complex product here is a real matmul on stacked vectors. Writing
+`s(a, b) = a_r . b_r + a_i . b_i` for the real dot product of two stacked
+vectors, `Re(a conj(b)) = s(a, b)` and `Im(a conj(b)) = s(a, i b)`. So the
+real part of the inner-product score is one real dot product of width 2H,
+and CAtt is exactly a real scaled-dot-product attention of head width 2H
+(it runs through `keras.ops.dot_product_attention`). The other variants
+stack the keys `[k, i k]` along the key axis, one matmul of width 2S giving
+`[Re A | Im A]`, and stack the values `[v, i v]` the same way, one matmul
+for the complex `W v`.
+
+Masks are boolean, `True` = attend, broadcastable to `(B, N, T, S)`; ranks
+2 `(T, S)` and 3 `(B, T, S)` are accepted too. A masked key gets weight
+exactly 0 (in both softmaxes for "naive"); a query row with no key left gets
+all-zero weights and a zero output, with finite gradients.
+"""
+
+from keras import ops
+from keras import random
+
+from cvattn_keras import complex as cx
+
+__all__ = [
+    "PRODUCTS",
+    "SOFTMAX_VARIANTS",
+    "apply_weights",
+    "attention_weights",
+    "complex_dot_product_attention",
+    "complex_scores",
+    "expand_mask",
+    "parse_variant",
+    "resolve_product",
+    "resolve_softmax",
+]
+
+SOFTMAX_VARIANTS = ("real", "abs", "absonly", "naive")
+PRODUCTS = ("inner", "bilinear")
+
+_SOFTMAX_ALIASES = {
+    "real": "real",
+    "catt": "real",
+    "abs": "abs",
+    "apatt": "abs",
+    "absonly": "absonly",
+    "aatt": "absonly",
+    "naive": "naive",
+    "naiv": "naive",
+    "riatt": "naive",
+}
+_PRODUCT_ALIASES = {
+    "inner": "inner",
+    "ip": "inner",
+    "bilinear": "bilinear",
+    "cp": "bilinear",
+}
+# Real-valued weights: these variants need neither Im A in the softmax nor
+# the doubled value matmul.
+_REAL_WEIGHTS = ("real", "absonly")
+# Large enough that exp() underflows to exactly 0 after the max is
+# subtracted, small enough that no float32 arithmetic on it overflows.
+_MASKED_LOGIT = -1e30
+
+
+def resolve_softmax(name):
+    """The canonical softmax variant for `name`.
+
+    Accepts `"real"`, `"abs"`, `"absonly"`, `"naive"`, the paper's names
+    `"CAtt"`, `"APAtt"`, `"AAtt"`, `"RIAtt"` and the reference spelling
+    `"naiv"`, in any case.
+
+    Raises:
+        ValueError: for any other value, listing the valid names.
+    """
+    key = name.lower() if isinstance(name, str) else None
+    if key not in _SOFTMAX_ALIASES:
+        hint = ""
+        if key is not None and key.endswith(("ip", "cp")):
+            hint = (
+                " For a compound reference string such as 'realip', use "
+                "`cvattn_keras.attention.parse_variant`."
+            )
+        raise ValueError(
+            f"Unknown softmax variant. Valid: {list(SOFTMAX_VARIANTS)}, or "
+            f"the paper's names ['CAtt', 'APAtt', 'AAtt', 'RIAtt'] or "
+            f"'naiv', in any case.{hint} Received: softmax={name!r}"
+        )
+    return _SOFTMAX_ALIASES[key]
+
+
+def resolve_product(name):
+    """The canonical product for `name`: `"inner"`/`"ip"` or
+    `"bilinear"`/`"cp"`, in any case.
+
+    Raises:
+        ValueError: for any other value, listing the valid names.
+    """
+    key = name.lower() if isinstance(name, str) else None
+    if key not in _PRODUCT_ALIASES:
+        raise ValueError(
+            f"Unknown product. Valid: {list(PRODUCTS)}, or the reference "
+            f"spellings ['ip', 'cp'], in any case. Received: product={name!r}"
+        )
+    return _PRODUCT_ALIASES[key]
+
+
+def parse_variant(name):
+    """Splits a reference `sm_variante` string into `(softmax, product)`.
+
+    The reference implementation names a variant by one string, the softmax
+    followed by `"ip"` (inner product) or `"cp"` (bilinear product):
+    `realip absip absonlyip naivip realcp abscp absonlycp naivcp`. Any
+    softmax alias of `resolve_softmax` may stand before the suffix, in any
+    case.
+
+    Example:
+
+    >>> parse_variant("absonlycp")
+    ('absonly', 'bilinear')
+    >>> parse_variant("CAttip")
+    ('real', 'inner')
+    """
+    if not isinstance(name, str) or name.lower()[-2:] not in ("ip", "cp"):
+        raise ValueError(
+            "A compound variant is a softmax name followed by 'ip' or 'cp', "
+            "one of ['realip', 'absip', 'absonlyip', 'naivip', 'realcp', "
+            f"'abscp', 'absonlycp', 'naivcp']. Received: {name!r}"
+        )
+    return resolve_softmax(name[:-2]), resolve_product(name[-2:])
+
+
+def expand_mask(mask):
+    """A mask of rank 2 `(T, S)`, 3 `(B, T, S)` or 4 `(B, N, T, S)` ->
+    boolean, rank 4, broadcastable to `(B, N, T, S)`; `None` stays `None`."""
+    if mask is None:
+        return None
+    mask = ops.cast(mask, "bool")
+    rank = len(mask.shape)
+    if rank == 2:  # (T, S)
+        return mask[None, None, :, :]
+    if rank == 3:  # (B, T, S)
+        return mask[:, None, :, :]
+    if rank == 4:  # (B, N, T, S)
+        return mask
+    raise ValueError(
+        "`mask` must have rank 2 (T, S), 3 (B, T, S) or 4 (B, N, T, S). "
+        f"Received: mask.shape={tuple(mask.shape)}"
+    )
+
+
+def complex_scores(query, key, product="inner", scale=1.0, real_only=False):
+    """The scaled complex scores `A = scale * <q, k>` of every head.
+
+    Args:
+        query: `(B, T, N, 2H)` stacked per head.
+        key: `(B, S, N, 2H)` stacked per head.
+        product: `"inner"` (`q conj(k)^T`) or `"bilinear"` (`q k^T`).
+        scale: multiplies both parts of the score.
+        real_only: compute only `Re A`, one matmul of width S.
+
+    Returns:
+        `(B, N, T, 2S)` with `[Re A | Im A]` on the last axis, or
+        `(B, N, T, S)` holding `Re A` when `real_only`.
+    """
+    product = resolve_product(product)
+    # <q, k> = q conj(k') with k' = k (inner) or conj(k) (bilinear), so
+    # Re A = s(q, k') and Im A = s(q, i k').
+    key = key if product == "inner" else cx.conjugate(key)
+    if not real_only:
+        key = ops.concatenate([key, cx.times_i(key)], axis=1)  # (B, 2S, N, 2H)
+    scores = ops.einsum("btnh,bsnh->bnts", query, key)
+    return scores * ops.cast(scale, scores.dtype)
+
+
+def _masked_softmax(logits, mask):
+    """Softmax over the last axis with masked entries exactly 0, and rows
+    with nothing to attend all 0 (instead of uniform or NaN)."""
+    if mask is None:
+        return ops.softmax(logits, axis=-1)
+    masked_logit = ops.cast(_MASKED_LOGIT, logits.dtype)
+    weights = ops.softmax(ops.where(mask, logits, masked_logit), axis=-1)
+    return weights * ops.cast(mask, weights.dtype)
+
+
+def attention_weights(scores, softmax="real", mask=None):
+    """The attention weights of one softmax variant.
+
+    Args:
+        scores: the output of `complex_scores`: `(B, N, T, S)` holding
+            `Re A` for `"real"` (computed with `real_only=True`, as CAtt
+            needs nothing else), `(B, N, T, 2S)` holding `[Re A | Im A]`
+            for the other variants.
+        softmax: a softmax variant or alias (see `resolve_softmax`).
+        mask: optional boolean mask, `True` = attend, of rank 2 `(T, S)`,
+            3 `(B, T, S)` or 4 `(B, N, T, S)`, broadcastable.
+
+    Returns:
+        `(B, N, T, S)` real weights for `"real"` and `"absonly"`;
+        `(B, N, T, 2S)` stacked complex weights for `"abs"` and `"naive"`.
+    """
+    softmax = resolve_softmax(softmax)
+    mask = expand_mask(mask)
+    if softmax == "real":
+        return _masked_softmax(scores, mask)
+    if softmax == "naive":
+        re, im = cx.split(scores)
+        return cx.merge(_masked_softmax(re, mask), _masked_softmax(im, mask))
+    magnitude, phase = cx.modulus_and_sign(scores)  # (B,N,T,S), (B,N,T,2S)
+    weights = _masked_softmax(magnitude, mask)
+    if softmax == "absonly":
+        return weights
+    # "abs": restore the phase; sgn(0) = 0, so an exactly-zero score takes
+    # softmax mass but contributes nothing, as in the reference.
+    phase_re, phase_im = cx.split(phase)
+    return cx.merge(weights * phase_re, weights * phase_im)
+
+
+def apply_weights(weights, value, softmax="real"):
+    """The complex product `W v` of the weights and the values of each head.
+
+    Args:
+        weights: as `attention_weights` returns them for `softmax`:
+            `(B, N, T, S)` real or `(B, N, T, 2S)` stacked complex.
+        value: `(B, S, N, 2V)` stacked per head.
+        softmax: the variant that produced `weights`.
+
+    Returns:
+        `(B, T, N, 2V)` stacked per head.
+    """
+    if resolve_softmax(softmax) not in _REAL_WEIGHTS:
+        # [W_r | W_i] @ [v ; i v] = W_r v + W_i (i v) = W v: one matmul.
+        value = ops.concatenate([value, cx.times_i(value)], axis=1)
+    return ops.einsum("bnts,bsnh->btnh", weights, value)
+
+
+def complex_dot_product_attention(
+    query,
+    key,
+    value,
+    softmax="real",
+    product="inner",
+    scale=None,
+    mask=None,
+    dropout=0.0,
+    seed=None,
+    return_weights=False,
+):
+    """Complex multi-head attention on stacked per-head tensors.
+
+    Scores and softmax are computed in float32 whatever the input dtype
+    (mixed precision); the output is in `value`'s dtype.
+
+    Args:
+        query: `(B, T, N, 2H)`.
+        key: `(B, S, N, 2H)`.
+        value: `(B, S, N, 2V)`.
+        softmax: `"real"` (CAtt), `"abs"` (APAtt), `"absonly"` (AAtt) or
+            `"naive"` (RIAtt), or an alias (see `resolve_softmax`).
+        product: `"inner"` (`q conj(k)`) or `"bilinear"` (`q k`).
+        scale: the score scale. Defaults to `H ** -0.5`, H in complex units.
+        mask: optional boolean mask, `True` = attend, of rank 2 `(T, S)`,
+            3 `(B, T, S)` or 4 `(B, N, T, S)`, broadcastable.
+        dropout: the rate of dropout on the weights; one Bernoulli mask
+            multiplies both parts of complex weights. Pass 0 at inference.
+        seed: seed or `keras.random.SeedGenerator` for the dropout.
+        return_weights: also return the weights.
+
+    Returns:
+        The output `(B, T, N, 2V)`, and, if `return_weights`, the weights
+        `(B, N, T, 2S)` as `[Re W | Im W]` (before dropout, the imaginary
+        part zero for the real-valued variants).
+
+    Example:
+
+    >>> q = keras.ops.ones((2, 5, 4, 6))   # B=2, T=5, N=4, H=3
+    >>> kv = keras.ops.ones((2, 7, 4, 6))  # S=7
+    >>> complex_dot_product_attention(q, kv, kv, softmax="abs").shape
+    (2, 5, 4, 6)
+    """
+    softmax = resolve_softmax(softmax)
+    product = resolve_product(product)
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(
+            f"`dropout` must be in [0, 1). Received: dropout={dropout}"
+        )
+    head_dim = cx.check_even(query.shape[-1], "query.shape[-1]") // 2
+    if scale is None:
+        scale = head_dim**-0.5
+    mask = expand_mask(mask)
+    out_dtype = value.dtype
+    query = ops.cast(query, "float32")
+    key = ops.cast(key, "float32")
+
+    if (
+        softmax == "real"
+        and product == "inner"
+        and not return_weights
+        and not dropout
+    ):
+        # CAtt is a real attention of width 2H: use the fused kernel.
+        outputs = ops.dot_product_attention(
+            query, key, ops.cast(value, "float32"), mask=mask, scale=scale
+        )
+        if mask is not None:
+            # The fused kernel spreads a fully masked row uniformly; such a
+            # row must give 0. (B|1, N|1, T) -> (B|1, T, N|1, 1).
+            has_key = ops.any(mask, axis=-1)
+            has_key = ops.expand_dims(ops.transpose(has_key, (0, 2, 1)), -1)
+            outputs = outputs * ops.cast(has_key, outputs.dtype)
+        return ops.cast(outputs, out_dtype)
+
+    scores = complex_scores(
+        query, key, product, scale, real_only=softmax == "real"
+    )
+    weights = attention_weights(scores, softmax, mask)
+    kept = weights
+    if dropout:
+        kept = _dropout(weights, softmax, dropout, seed)
+    outputs = apply_weights(ops.cast(kept, out_dtype), value, softmax)
+    if not return_weights:
+        return outputs
+    if softmax in _REAL_WEIGHTS:
+        weights = cx.merge(weights, ops.zeros_like(weights))
+    return outputs, ops.cast(weights, out_dtype)
+
+
+def _dropout(weights, softmax, rate, seed):
+    """Dropout on the weights, one Bernoulli mask shared by both parts."""
+    if softmax in _REAL_WEIGHTS:
+        return random.dropout(weights, rate, seed=seed)
+    re, im = cx.split(weights)
+    keep = random.dropout(ops.ones_like(re), rate, seed=seed)  # 0 or 1/(1-p)
+    return cx.merge(re * keep, im * keep)

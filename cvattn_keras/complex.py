@@ -1,0 +1,327 @@
+"""The stacked complex layout and complex arithmetic on stacked tensors.
+
+This module is the only place that knows how complex numbers are stored.
+
+**The stacked layout.** A tensor holding `n` complex features has `2n` real
+channels on its last axis: the `n` real parts first, then the `n` imaginary
+parts, written `(real, imag)` as `keras.ops.fft` does:
+
+    z = [z0, ..., z(n-1)]  ->  x = [Re z0 ... Re z(n-1) | Im z0 ... Im z(n-1)]
+
+Two other layouts exist in the wild and have converters here:
+
+- *interleaved*: `[Re z0, Im z0, Re z1, Im z1, ...]` on the last axis;
+- *pairs*: a new trailing axis of size 2, `(..., n, 2)`, as
+  `torch.view_as_real` and ONNX exporters produce.
+
+`to_stacked` / `from_stacked` convert between native complex arrays and the
+stacked layout at the edges of a model; inside a model, everything is real.
+
+The arithmetic helpers (`multiply`, `conjugate`, `times_i`, `modulus`,
+`sign`, `block_kernel`) take and return stacked tensors and use `keras.ops`
+only, so they run on every Keras backend and inside XLA.
+"""
+
+import numpy as np
+from keras import ops
+
+__all__ = [
+    "block_kernel",
+    "check_even",
+    "conjugate",
+    "from_stacked",
+    "interleaved_to_stacked",
+    "merge",
+    "modulus",
+    "modulus_and_sign",
+    "multiply",
+    "pairs_to_stacked",
+    "sign",
+    "split",
+    "stacked_to_interleaved",
+    "stacked_to_pairs",
+    "times_i",
+    "to_stacked",
+]
+
+
+def _is_numpy(x):
+    return isinstance(x, (np.ndarray, np.generic, list, tuple))
+
+
+def _as_array(x):
+    """NumPy-like input as a NumPy array; tensors unchanged."""
+    return np.asarray(x) if _is_numpy(x) else x
+
+
+def _half_last_dim(x, name):
+    """Half the size of the last axis of `x`: its number of complex features.
+
+    The size is checked to be even when it is static; a tensor whose last
+    axis is dynamic (a traced, variable-length axis) gets a scalar tensor.
+    """
+    shape = tuple(x.shape)
+    if len(shape) == 0:
+        raise ValueError(
+            f"`{name}` must have at least one axis holding "
+            f"[real | imag] channels. Received a scalar."
+        )
+    if shape[-1] is None:
+        return ops.shape(x)[-1] // 2
+    return check_even(shape[-1], f"{name}.shape[-1]", shape) // 2
+
+
+def check_even(size, what="last axis", shape=None):
+    """Returns `size` if it is an even channel count, else raises.
+
+    Args:
+        size: the number of real channels, `2n` for `n` complex features.
+        what: how to name the quantity in the error message.
+        shape: optional full shape to echo in the message.
+
+    Raises:
+        ValueError: if `size` is odd.
+    """
+    if size is not None and size % 2 != 0:
+        detail = f" (shape {tuple(shape)})" if shape is not None else ""
+        raise ValueError(
+            f"A stacked complex tensor has an even number of channels on its "
+            f"last axis: n real parts, then n imaginary parts. Received: "
+            f"{what}={size}{detail}."
+        )
+    return size
+
+
+# --------------------------------------------------------------------------
+# Native complex <-> stacked.
+# --------------------------------------------------------------------------
+
+
+def to_stacked(z, dtype="float32"):
+    """Converts a complex array `(..., n)` to the stacked layout `(..., 2n)`.
+
+    Args:
+        z: a complex NumPy array (or anything `np.asarray` accepts), or a
+            complex backend tensor. A real array is taken as complex numbers
+            with zero imaginary part.
+        dtype: the float dtype of the result. Defaults to `"float32"`.
+
+    Returns:
+        `[Re z | Im z]` on the last axis: a NumPy array for NumPy input, a
+        backend tensor for tensor input.
+
+    Example:
+
+    >>> import numpy as np
+    >>> to_stacked(np.array([1 + 2j, 3 - 4j]))
+    array([ 1.,  3.,  2., -4.], dtype=float32)
+    """
+    if _is_numpy(z):
+        z = np.asarray(z)
+        if not (np.issubdtype(z.dtype, np.number) and z.ndim >= 1):
+            raise ValueError(
+                "`z` must be a numeric array with at least one axis. "
+                f"Received: dtype={z.dtype}, shape={z.shape}"
+            )
+        return np.concatenate([z.real, z.imag], axis=-1).astype(dtype)
+    z = ops.convert_to_tensor(z)
+    if len(z.shape) == 0:
+        raise ValueError("`z` must have at least one axis. Received a scalar.")
+    re = ops.cast(ops.real(z), dtype)
+    im = ops.cast(ops.imag(z), dtype)
+    return ops.concatenate([re, im], axis=-1)
+
+
+def from_stacked(x, dtype="complex64"):
+    """Converts a stacked float tensor `(..., 2n)` to a complex NumPy array.
+
+    Args:
+        x: a float array or tensor in the stacked layout.
+        dtype: `"complex64"` (default) or `"complex128"`.
+
+    Returns:
+        A complex NumPy array of shape `(..., n)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from_stacked(np.array([1.0, 3.0, 2.0, -4.0]))
+    array([1.+2.j, 3.-4.j], dtype=complex64)
+    """
+    if dtype not in ("complex64", "complex128", np.complex64, np.complex128):
+        raise ValueError(
+            "`dtype` must be 'complex64' or 'complex128'. "
+            f"Received: dtype={dtype}"
+        )
+    x = np.asarray(x if _is_numpy(x) else ops.convert_to_numpy(x))
+    n = _half_last_dim(x, "x")
+    return (x[..., :n] + 1j * x[..., n:]).astype(dtype)
+
+
+# --------------------------------------------------------------------------
+# Splitting, merging and the other two layouts.
+# --------------------------------------------------------------------------
+
+
+def split(x):
+    """Splits a stacked tensor `(..., 2n)` into `(real, imag)`, each `(..., n)`.
+
+    Raises:
+        ValueError: if the last axis is odd or of unknown size.
+    """
+    x = _as_array(x)
+    n = _half_last_dim(x, "x")
+    return x[..., :n], x[..., n:]
+
+
+def merge(real, imag):
+    """Merges `real` and `imag`, each `(..., n)`, into a stacked `(..., 2n)`."""
+    real, imag = _as_array(real), _as_array(imag)
+    if None not in tuple(real.shape) + tuple(imag.shape):
+        if tuple(real.shape) != tuple(imag.shape):
+            raise ValueError(
+                "`real` and `imag` must have the same shape. Received: "
+                f"real.shape={tuple(real.shape)}, "
+                f"imag.shape={tuple(imag.shape)}"
+            )
+    if _is_numpy(real) and _is_numpy(imag):
+        return np.concatenate([real, imag], axis=-1)
+    return ops.concatenate([real, imag], axis=-1)
+
+
+def _leading_shape(x):
+    return tuple(ops.shape(x)[:-1])
+
+
+def stacked_to_pairs(x):
+    """Stacked `(..., 2n)` -> pairs `(..., n, 2)` (`torch.view_as_real` style)."""
+    x = _as_array(x)
+    re, im = split(x)
+    if _is_numpy(x):
+        return np.stack([re, im], axis=-1)
+    return ops.stack([re, im], axis=-1)
+
+
+def pairs_to_stacked(x):
+    """Pairs `(..., n, 2)` (`torch.view_as_real` style) -> stacked `(..., 2n)`."""
+    x = _as_array(x)
+    shape = tuple(x.shape)
+    if len(shape) < 2 or shape[-1] != 2:
+        raise ValueError(
+            "The pairs layout has a trailing axis of size 2 holding "
+            f"(real, imag). Received: x.shape={shape}"
+        )
+    if _is_numpy(x):
+        return np.concatenate([x[..., 0], x[..., 1]], axis=-1)
+    return ops.concatenate([x[..., 0], x[..., 1]], axis=-1)
+
+
+def stacked_to_interleaved(x):
+    """Stacked `(..., 2n)` -> interleaved `[re0, im0, re1, im1, ...]`."""
+    x = _as_array(x)
+    pairs = stacked_to_pairs(x)
+    if _is_numpy(x):
+        return pairs.reshape(pairs.shape[:-2] + (-1,))
+    return ops.reshape(pairs, _leading_shape(x) + (-1,))
+
+
+def interleaved_to_stacked(x):
+    """Interleaved `[re0, im0, re1, im1, ...]` -> stacked `(..., 2n)`."""
+    x = _as_array(x)
+    n = _half_last_dim(x, "x")
+    if _is_numpy(x):
+        return pairs_to_stacked(x.reshape(x.shape[:-1] + (n, 2)))
+    pairs = ops.reshape(x, _leading_shape(x) + (n, 2))
+    return pairs_to_stacked(pairs)
+
+
+# --------------------------------------------------------------------------
+# Complex arithmetic on stacked tensors.
+# --------------------------------------------------------------------------
+
+
+def multiply(x, y):
+    """The elementwise complex product `x * y` of two stacked tensors."""
+    xr, xi = split(x)
+    yr, yi = split(y)
+    return ops.concatenate([xr * yr - xi * yi, xr * yi + xi * yr], axis=-1)
+
+
+def conjugate(x):
+    """The complex conjugate of a stacked tensor: `[re | -im]`."""
+    re, im = split(x)
+    return ops.concatenate([re, -im], axis=-1)
+
+
+def times_i(x):
+    """Multiplies a stacked tensor by the imaginary unit: `[-im | re]`.
+
+    It costs no arithmetic, only a permutation and a sign. The attention core
+    uses it to turn imaginary parts of complex products into real dot
+    products: `Im(a conj(b)) = Re(a conj(i b))`.
+    """
+    re, im = split(x)
+    return ops.concatenate([-im, re], axis=-1)
+
+
+def modulus_and_sign(x):
+    """The modulus `|z|` `(..., n)` and the sign `z / |z|` (stacked
+    `(..., 2n)`) of a stacked tensor, sharing one square root.
+
+    At 0 both are 0 with a zero gradient, never NaN (PyTorch's convention
+    for `abs` and `sgn`); a plain `sqrt(re**2 + im**2)` has an infinite
+    derivative there.
+    """
+    re, im = split(x)
+    squared = re * re + im * im
+    nonzero = squared > 0
+    # Where z = 0, take the root of 1 instead: the branch that `where`
+    # discards must have a finite value and gradient too, or its NaN leaks
+    # into the gradient.
+    root = ops.sqrt(ops.where(nonzero, squared, ops.ones_like(squared)))
+    zeros = ops.zeros_like(squared)
+    magnitude = ops.where(nonzero, root, zeros)
+    inverse = ops.where(nonzero, 1.0 / root, zeros)
+    return magnitude, ops.concatenate([re * inverse, im * inverse], axis=-1)
+
+
+def modulus(x):
+    """The modulus `|z|`, shape `(..., n)`, of a stacked tensor `(..., 2n)`.
+
+    `|0| = 0` with gradient 0 there (see `modulus_and_sign`).
+    """
+    return modulus_and_sign(x)[0]
+
+
+def sign(x):
+    """The complex sign `sgn(z) = z / |z|` of a stacked tensor, stacked.
+
+    `sgn(0) = 0` with gradient 0 there (see `modulus_and_sign`).
+    """
+    return modulus_and_sign(x)[1]
+
+
+def block_kernel(kernel_real, kernel_imag, in_axis=0):
+    """The real block kernel of the complex kernel `W = W_r + i W_i`.
+
+    For a row vector `x = [x_r | x_i]`, `x @ K` with
+
+        K = [[ W_r, W_i],
+             [-W_i, W_r]]
+
+    is the stacked form of the complex product `(x_r + i x_i) W`. The
+    real/imaginary blocks are concatenated on the last axis (outputs) and on
+    `in_axis` (inputs), so a kernel reshaped to `(in, heads, head_dim)` gives
+    `(2 in, heads, 2 head_dim)`: each head's outputs laid out `[re | im]`.
+
+    Args:
+        kernel_real: `W_r`, the output features on the last axis.
+        kernel_imag: `W_i`, of the same shape.
+        in_axis: the axis of the input features. Defaults to 0.
+
+    Returns:
+        The block kernel, twice as large on `in_axis` and on the last axis.
+    """
+    top = ops.concatenate([kernel_real, kernel_imag], axis=-1)
+    bottom = ops.concatenate([-kernel_imag, kernel_real], axis=-1)
+    return ops.concatenate([top, bottom], axis=in_axis)

@@ -1,0 +1,522 @@
+"""ComplexMultiHeadAttention: the attention of Eilers & Jiang (2023)."""
+
+import keras
+from keras import ops
+
+from cvattn_keras import attention as core
+from cvattn_keras import complex as cx
+from cvattn_keras import initializers as cinit
+from cvattn_keras.layers.dense import ComplexDense
+
+
+def _check_positive_int(value, name, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"`{name}` must be a positive integer"
+            f"{' or None' if allow_none else ''}. Received: {name}={value!r}"
+        )
+    return value
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class ComplexMultiHeadAttention(keras.layers.Layer):
+    """Complex-valued multi-head attention on stacked `[real | imag]` tensors.
+
+    The attention of Eilers & Jiang, "Building Blocks for a Complex-Valued
+    Transformer Architecture" (ICASSP 2023), computed in real arithmetic so
+    that no complex dtype appears in the graph. With complex projections
+    `q = x_q W_q`, `k = x_k W_k`, `v = x_v W_v` split into `num_heads`
+    contiguous blocks of complex features, each head computes the score
+    `A = scale * <q, k>` and weights `W` (see `cvattn_keras.attention`):
+
+    - `softmax="real"` (CAtt, the paper's proposal): `softmax(Re A)`;
+    - `"abs"` (APAtt): `softmax(|A|) * A / |A|`;
+    - `"absonly"` (AAtt): `softmax(|A|)`;
+    - `"naive"` (RIAtt): `softmax(Re A) + i softmax(Im A)`;
+
+    with `product="inner"` (`<q, k> = q conj(k)^T`, the reference's "ip") or
+    `"bilinear"` (`q k^T`, "cp"). The heads' outputs `W v` are concatenated
+    and projected by `W_o`. CAtt with the inner product is a real attention
+    of head width `2 * key_dim`, and runs through
+    `keras.ops.dot_product_attention` when no scores are requested and no
+    dropout is active.
+
+    The layer reproduces the reference PyTorch implementation: contiguous
+    heads, scale `key_dim ** -0.5` on both parts of the score, dropout on the
+    weights with one mask shared by both parts.
+
+    Args:
+        num_heads: positive int, the number of heads.
+        key_dim: positive int, the size of each query/key head in complex
+            features.
+        value_dim: positive int, the size of each value head in complex
+            features. Defaults to `key_dim`.
+        softmax: `"real"` (default), `"abs"`, `"absonly"` or `"naive"`; also
+            the paper's names `"CAtt"`, `"APAtt"`, `"AAtt"`, `"RIAtt"` and
+            `"naiv"`, in any case.
+        product: `"inner"` (default) or `"bilinear"`; also `"ip"`, `"cp"`.
+            For the reference's compound strings (`"absonlycp"`, ...) use
+            `cvattn_keras.attention.parse_variant`.
+        dropout: float in [0, 1), the dropout rate on the attention weights.
+        use_bias: whether the four projections have a complex bias.
+        output_dim: positive int, the number of complex output features.
+            Defaults to the query's.
+        scale: positive float multiplying both parts of the score. Defaults
+            to `key_dim ** -0.5`.
+        kernel_initializer, bias_initializer, kernel_regularizer,
+        bias_regularizer, kernel_constraint, bias_constraint: passed to the
+            four `ComplexDense` projections (see `ComplexDense`).
+        activity_regularizer: applied to the output.
+        seed: int, the seed of the dropout (and, when the initializer is
+            seeded, the projections get distinct derived seeds).
+        **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        query: `(B, T, 2 * Eq)`, stacked.
+        value: `(B, S, 2 * Ev)`, stacked.
+        key: optional `(B, S, 2 * Ek)`, stacked. Defaults to `value`.
+        attention_mask: optional boolean mask, `True` = attend, of shape
+            `(B, T, S)`, `(T, S)` or `(B, num_heads, T, S)`, broadcastable.
+        use_causal_mask: if `True`, query `t` attends to keys `s <= t`
+            (top-left aligned, as in `keras.layers.MultiHeadAttention`).
+        return_attention_scores: if `True`, also return the attention
+            weights `(B, num_heads, T, 2 * S)` with `[Re | Im]` on the last
+            axis, before dropout (the Keras convention).
+        training: whether dropout is active.
+        query_mask, value_mask, key_mask: boolean `(B, T)` / `(B, S)`
+            masks, filled in by Keras from the inputs' masks (`Masking`,
+            `Embedding(mask_zero=True)`); combined with the others by `&`.
+
+    A masked key gets weight exactly 0 in every variant; a query row with no
+    key to attend gets zero weights and a zero output (before the output
+    projection's bias), with finite gradients.
+
+    Returns:
+        `(B, T, 2 * output_dim)`, and the weights when
+        `return_attention_scores=True`.
+
+    Example:
+
+    >>> layer = ComplexMultiHeadAttention(num_heads=2, key_dim=4)
+    >>> x = keras.ops.ones((3, 5, 8))           # 4 complex features
+    >>> layer(x, x, use_causal_mask=True).shape
+    (3, 5, 8)
+
+    References:
+        Eilers, F. and Jiang, X., "Building Blocks for a Complex-Valued
+        Transformer Architecture", ICASSP 2023, arXiv:2306.09827, §3.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        softmax="real",
+        product="inner",
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        scale=None,
+        kernel_initializer="complex_glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        seed=None,
+        **kwargs,
+    ):
+        _check_positive_int(num_heads, "num_heads")
+        _check_positive_int(key_dim, "key_dim")
+        _check_positive_int(value_dim, "value_dim", allow_none=True)
+        _check_positive_int(output_dim, "output_dim", allow_none=True)
+        softmax = core.resolve_softmax(softmax)
+        product = core.resolve_product(product)
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, (int, float))
+            or not 0 <= dropout < 1
+        ):
+            raise ValueError(
+                f"`dropout` must be a float in [0, 1). Received: "
+                f"dropout={dropout!r}"
+            )
+        if scale is not None and (
+            isinstance(scale, bool)
+            or not isinstance(scale, (int, float))
+            or not scale > 0
+        ):
+            raise ValueError(
+                "`scale` must be a positive number or None. "
+                f"Received: scale={scale!r}"
+            )
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int)
+        ):
+            raise ValueError(
+                f"`seed` must be an int or None. Received: seed={seed!r}"
+            )
+        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
+        self.supports_masking = True
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim if value_dim is not None else key_dim
+        self.softmax = softmax
+        self.product = product
+        self.dropout = float(dropout)
+        self.use_bias = bool(use_bias)
+        self.output_dim = output_dim
+        self.scale = float(scale) if scale is not None else key_dim**-0.5
+        self._scale_arg = scale
+        self.kernel_initializer = cinit.get(kernel_initializer)
+        self.bias_initializer = cinit.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.seed = seed
+        self.seed_generator = (
+            keras.random.SeedGenerator(seed) if self.dropout > 0 else None
+        )
+
+    # ------------------------------------------------------------------
+    # Shapes.
+    # ------------------------------------------------------------------
+
+    def _check_shapes(self, query_shape, value_shape, key_shape):
+        """Validates the three input shapes; returns the complex feature
+        sizes `(Eq, Ev, Ek)`."""
+        sizes = []
+        for name, shape in (
+            ("query", query_shape),
+            ("value", value_shape),
+            ("key", key_shape),
+        ):
+            shape = tuple(shape)
+            if len(shape) != 3:
+                raise ValueError(
+                    f"ComplexMultiHeadAttention expects `{name}` of rank 3, "
+                    f"(batch, length, 2 * features). Received: "
+                    f"{name}_shape={shape}"
+                )
+            if shape[-1] is None:
+                raise ValueError(
+                    f"The last axis of `{name}` must be known. Received: "
+                    f"{name}_shape={shape}"
+                )
+            cx.check_even(shape[-1], f"{name}_shape[-1]", shape)
+            sizes.append(shape[-1] // 2)
+        value_length, key_length = tuple(value_shape)[1], tuple(key_shape)[1]
+        if None not in (value_length, key_length) and (
+            value_length != key_length
+        ):
+            raise ValueError(
+                "`key` and `value` must have the same length (axis 1). "
+                f"Received: value_shape={tuple(value_shape)}, "
+                f"key_shape={tuple(key_shape)}"
+            )
+        if self.built and tuple(sizes) != self._feature_sizes:
+            raise ValueError(
+                "The layer was built for complex feature sizes (query, "
+                f"value, key) = {self._feature_sizes}, but was called with "
+                f"{tuple(sizes)}: query_shape={tuple(query_shape)}, "
+                f"value_shape={tuple(value_shape)}, "
+                f"key_shape={tuple(key_shape)}"
+            )
+        return tuple(sizes)
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        query_size, value_size, key_size = self._check_shapes(
+            query_shape, value_shape, key_shape
+        )
+        self._feature_sizes = (query_size, value_size, key_size)
+        self.query_dense = self._make_dense(
+            "query", self.num_heads * self.key_dim, 0
+        )
+        self.query_dense.build(tuple(query_shape))
+        self.key_dense = self._make_dense(
+            "key", self.num_heads * self.key_dim, 1
+        )
+        self.key_dense.build(tuple(key_shape))
+        self.value_dense = self._make_dense(
+            "value", self.num_heads * self.value_dim, 2
+        )
+        self.value_dense.build(tuple(value_shape))
+        self.output_dense = self._make_dense(
+            "attention_output", self.output_dim or query_size, 3
+        )
+        self.output_dense.build(
+            tuple(query_shape)[:-1] + (2 * self.num_heads * self.value_dim,)
+        )
+        self.built = True
+
+    def _make_dense(self, name, units, index):
+        # Seeded initializers get distinct seeds per projection and part:
+        # 2 * index for the real kernel, 2 * index + 1 for the imaginary.
+        return ComplexDense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=cinit.clone(
+                self.kernel_initializer, 2 * index
+            ),
+            bias_initializer=cinit.clone(self.bias_initializer, 2 * index),
+            kernel_regularizer=self.kernel_regularizer,
+            bias_regularizer=self.bias_regularizer,
+            kernel_constraint=self.kernel_constraint,
+            bias_constraint=self.bias_constraint,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        query_size = self._check_shapes(query_shape, value_shape, key_shape)[0]
+        return tuple(query_shape)[:-1] + (
+            2 * (self.output_dim or query_size),
+        )
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+    ):
+        output_shape = self.compute_output_shape(
+            query.shape, value.shape, None if key is None else key.shape
+        )
+        output = keras.KerasTensor(output_shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        scores_shape = (
+            query.shape[0],
+            self.num_heads,
+            query.shape[1],
+            None if value.shape[1] is None else 2 * value.shape[1],
+        )
+        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
+
+    # ------------------------------------------------------------------
+    # Masks.
+    # ------------------------------------------------------------------
+
+    def _check_mask_shape(self, mask, query, value):
+        """Raises unless the static shape of `mask` broadcasts to
+        `(B, T, S)` (rank 2 or 3) or `(B, num_heads, T, S)` (rank 4)."""
+        shape = tuple(mask.shape)
+        batch, length = query.shape[0], query.shape[1]
+        targets = {
+            2: (length, value.shape[1]),
+            3: (batch, length, value.shape[1]),
+            4: (batch, self.num_heads, length, value.shape[1]),
+        }
+        target = targets.get(len(shape))
+        if target is None or any(
+            m not in (None, 1) and t is not None and m != t
+            for m, t in zip(shape, target)
+        ):
+            raise ValueError(
+                "`attention_mask` must broadcast to (B, T, S) = "
+                f"{targets[3]} (or (T, S), or (B, num_heads, T, S)). "
+                f"Received: attention_mask.shape={shape}"
+            )
+
+    def _compute_attention_mask(
+        self,
+        query,
+        value,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+    ):
+        """Merges every mask source into one boolean mask, `True` = attend,
+        of rank 4 broadcastable to `(B, N, T, S)`, or `None` when there is
+        nothing to mask."""
+        masks = []
+        if attention_mask is not None:
+            self._check_mask_shape(attention_mask, query, value)
+            masks.append(core.expand_mask(attention_mask))
+        if query_mask is not None:  # (B, T) -> (B, 1, T, 1)
+            masks.append(ops.cast(query_mask, "bool")[:, None, :, None])
+        for mask in (value_mask, key_mask):
+            if mask is not None:  # (B, S) -> (B, 1, 1, S)
+                masks.append(ops.cast(mask, "bool")[:, None, None, :])
+        if use_causal_mask:  # (1, 1, T, S)
+            masks.append(self._compute_causal_mask(query, value)[None, None])
+        if not masks:
+            return None
+        merged = masks[0]
+        for mask in masks[1:]:
+            merged = ops.logical_and(merged, mask)
+        return merged
+
+    def _compute_causal_mask(self, query, value):
+        """`(T, S)`, `True` where key `s <= t`: top-left aligned."""
+        rows = ops.arange(ops.shape(query)[1], dtype="int32")[:, None]
+        cols = ops.arange(ops.shape(value)[1], dtype="int32")[None, :]
+        return ops.greater_equal(rows, cols)
+
+    # ------------------------------------------------------------------
+    # Projections in and out of the per-head layout.
+    # ------------------------------------------------------------------
+
+    def _project_to_heads(self, dense, inputs, head_dim):
+        """`(B, L, 2E)` -> `(B, L, N, 2 head_dim)`, each head `[re | im]`.
+
+        The sublayer's block kernel is assembled per head, `(2E, N, 2h)`, so
+        that one einsum gives the per-head layout with no transpose of the
+        activations.
+        """
+        shape = (dense.kernel_real.shape[0], self.num_heads, head_dim)
+        kernel = cx.block_kernel(
+            ops.reshape(dense.kernel_real, shape),
+            ops.reshape(dense.kernel_imag, shape),
+        )
+        outputs = ops.einsum("bld,dnh->blnh", inputs, kernel)
+        if dense.use_bias:
+            heads = (self.num_heads, head_dim)
+            outputs = outputs + ops.concatenate(
+                [
+                    ops.reshape(dense.bias_real, heads),
+                    ops.reshape(dense.bias_imag, heads),
+                ],
+                axis=-1,
+            )
+        return outputs
+
+    def _project_from_heads(self, inputs):
+        """`(B, T, N, 2V)` -> `(B, T, 2 output_dim)` by `output_dense`,
+        its block kernel assembled per head as `(N, 2V, 2O)`."""
+        dense = self.output_dense
+        shape = (self.num_heads, self.value_dim, dense.units)
+        kernel = cx.block_kernel(
+            ops.reshape(dense.kernel_real, shape),
+            ops.reshape(dense.kernel_imag, shape),
+            in_axis=1,
+        )
+        outputs = ops.einsum("btnh,nho->bto", inputs, kernel)
+        if dense.use_bias:
+            outputs = outputs + ops.concatenate(
+                [dense.bias_real, dense.bias_imag], axis=0
+            )
+        return outputs
+
+    # ------------------------------------------------------------------
+    # Call.
+    # ------------------------------------------------------------------
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+    ):
+        if key is None:
+            key = value
+        self._check_shapes(query.shape, value.shape, key.shape)
+        mask = self._compute_attention_mask(
+            query,
+            value,
+            query_mask=query_mask,
+            value_mask=value_mask,
+            key_mask=key_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+        )
+        # (B, T, N, 2H), (B, S, N, 2H), (B, S, N, 2V)
+        query = self._project_to_heads(self.query_dense, query, self.key_dim)
+        key = self._project_to_heads(self.key_dense, key, self.key_dim)
+        value = self._project_to_heads(
+            self.value_dense, value, self.value_dim
+        )
+        outputs, scores = self._compute_attention(
+            query, key, value, mask, training, return_attention_scores
+        )
+        outputs = self._project_from_heads(outputs)  # (B, T, 2O)
+        if return_attention_scores:
+            return outputs, scores
+        return outputs
+
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+    ):
+        """Attention on projected per-head tensors (override to change the
+        mathematics). Returns the per-head output `(B, T, N, 2V)` and the
+        weights `(B, N, T, 2S)` or `None`."""
+        result = core.complex_dot_product_attention(
+            query,
+            key,
+            value,
+            softmax=self.softmax,
+            product=self.product,
+            scale=self.scale,
+            mask=attention_mask,
+            dropout=self.dropout if training else 0.0,
+            seed=self.seed_generator,
+            return_weights=return_attention_scores,
+        )
+        if return_attention_scores:
+            return result
+        return result, None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "softmax": self.softmax,
+                "product": self.product,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_dim": self.output_dim,
+                "scale": self._scale_arg,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+                "kernel_regularizer": keras.regularizers.serialize(
+                    self.kernel_regularizer
+                ),
+                "bias_regularizer": keras.regularizers.serialize(
+                    self.bias_regularizer
+                ),
+                "kernel_constraint": keras.constraints.serialize(
+                    self.kernel_constraint
+                ),
+                "bias_constraint": keras.constraints.serialize(
+                    self.bias_constraint
+                ),
+                "seed": self.seed,
+            }
+        )
+        return config

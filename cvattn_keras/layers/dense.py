@@ -1,0 +1,166 @@
+"""ComplexDense: a complex affine map computed as one real matmul."""
+
+import keras
+from keras import ops
+
+from cvattn_keras import complex as cx
+from cvattn_keras import initializers as cinit
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class ComplexDense(keras.layers.Layer):
+    """A densely connected complex layer on stacked `[real | imag]` tensors.
+
+    Computes `y = x W + b` with the complex kernel `W = kernel_real + i
+    kernel_imag` and complex bias `b = bias_real + i bias_imag`. Inputs and
+    outputs are stacked: `in_features` complex features are `2 * in_features`
+    real channels on the last axis, the real parts first. The product is one
+    real matmul against the block kernel `[[W_r, W_i], [-W_i, W_r]]`.
+
+    Porting the reference PyTorch `ComplexLinear` (two `nn.Linear`, weights
+    `W_r`, `W_i` stored `[out, in]`, biases `b_r`, `b_i`): set
+    `kernel_real = W_r.T`, `kernel_imag = W_i.T`, `bias_real = b_r - b_i`,
+    `bias_imag = b_r + b_i` (its effective complex bias).
+
+    Args:
+        units: positive int, the number of complex output features. The
+            output has `2 * units` real channels.
+        use_bias: whether to add the complex bias. Defaults to `True`.
+        kernel_initializer: initializer for each of `kernel_real` and
+            `kernel_imag`, cloned so the two parts are drawn independently.
+            Defaults to `"complex_glorot_uniform"` (real Glorot scaled by
+            `1/sqrt(2)` per part, so the complex variance is Glorot's).
+        bias_initializer: initializer for `bias_real` and `bias_imag`.
+            Defaults to `"zeros"`.
+        kernel_regularizer, bias_regularizer: applied to each part.
+        activity_regularizer: applied to the stacked output.
+        kernel_constraint, bias_constraint: applied to each part.
+        **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
+
+    Input shape:
+        `(..., 2 * in_features)`, rank >= 2.
+
+    Output shape:
+        `(..., 2 * units)`.
+
+    Example:
+
+    >>> layer = ComplexDense(4)
+    >>> layer(keras.ops.ones((2, 3, 6))).shape
+    (2, 3, 8)
+    """
+
+    def __init__(
+        self,
+        units,
+        use_bias=True,
+        kernel_initializer="complex_glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        **kwargs,
+    ):
+        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+            raise ValueError(
+                f"`units` must be a positive integer. Received: units={units}"
+            )
+        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
+        self.units = units
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = cinit.get(kernel_initializer)
+        self.bias_initializer = cinit.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        if len(input_shape) < 2:
+            raise ValueError(
+                "ComplexDense expects inputs of rank >= 2, (batch, ..., "
+                f"2 * in_features). Received: input_shape={input_shape}"
+            )
+        if input_shape[-1] is None:
+            raise ValueError(
+                "The last axis of the input to ComplexDense must be known. "
+                f"Received: input_shape={input_shape}"
+            )
+        cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
+        in_features = input_shape[-1] // 2
+        self.kernel_real, self.kernel_imag = (
+            self.add_weight(
+                name=f"kernel_{part}",
+                shape=(in_features, self.units),
+                initializer=cinit.clone(self.kernel_initializer, offset),
+                regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
+            )
+            for offset, part in enumerate(("real", "imag"))
+        )
+        if self.use_bias:
+            self.bias_real, self.bias_imag = (
+                self.add_weight(
+                    name=f"bias_{part}",
+                    shape=(self.units,),
+                    initializer=cinit.clone(self.bias_initializer, offset),
+                    regularizer=self.bias_regularizer,
+                    constraint=self.bias_constraint,
+                )
+                for offset, part in enumerate(("real", "imag"))
+            )
+        else:
+            self.bias_real = self.bias_imag = None
+        self.input_spec = keras.layers.InputSpec(
+            min_ndim=2, axes={-1: 2 * in_features}
+        )
+
+    @property
+    def in_features(self):
+        """The number of complex input features (known once built)."""
+        return None if not self.built else self.kernel_real.shape[0]
+
+    def call(self, inputs):
+        # inputs: (..., 2I); kernel: (2I, 2U); outputs: (..., 2U)
+        kernel = cx.block_kernel(self.kernel_real, self.kernel_imag)
+        outputs = ops.matmul(inputs, kernel)
+        if self.use_bias:
+            outputs = outputs + ops.concatenate(
+                [self.bias_real, self.bias_imag], axis=0
+            )
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)[:-1] + (2 * self.units,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "units": self.units,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+                "kernel_regularizer": keras.regularizers.serialize(
+                    self.kernel_regularizer
+                ),
+                "bias_regularizer": keras.regularizers.serialize(
+                    self.bias_regularizer
+                ),
+                "kernel_constraint": keras.constraints.serialize(
+                    self.kernel_constraint
+                ),
+                "bias_constraint": keras.constraints.serialize(
+                    self.bias_constraint
+                ),
+            }
+        )
+        return config
