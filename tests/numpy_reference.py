@@ -1,0 +1,95 @@
+"""An independent NumPy complex128 reference of the paper's attention.
+
+Written from reference-semantics.md, with native complex numbers and none of
+the library's code: the layers are tested against it.
+"""
+
+import numpy as np
+
+
+def masked_softmax(logits, mask=None):
+    """Softmax over the last axis; masked entries 0; rows with no unmasked
+    entry all 0 (the library's documented choice where the reference gives
+    NaN)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    if mask is None:
+        mask = np.ones(logits.shape, dtype=bool)
+    mask = np.broadcast_to(mask, logits.shape)
+    shifted = np.where(mask, logits, -np.inf)
+    row_max = np.max(shifted, axis=-1, keepdims=True)
+    row_max = np.where(np.isfinite(row_max), row_max, 0.0)
+    e = np.where(mask, np.exp(np.where(mask, logits, 0.0) - row_max), 0.0)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+
+
+def weights(scores, softmax, mask=None):
+    """The complex weights W of one variant for complex scores A."""
+    if softmax == "real":
+        return masked_softmax(scores.real, mask).astype(np.complex128)
+    if softmax == "absonly":
+        return masked_softmax(np.abs(scores), mask).astype(np.complex128)
+    if softmax == "abs":
+        magnitude = np.abs(scores)
+        phase = np.where(magnitude > 0, scores / np.where(magnitude > 0, magnitude, 1), 0)
+        return masked_softmax(magnitude, mask) * phase
+    if softmax == "naive":
+        return masked_softmax(scores.real, mask) + 1j * masked_softmax(
+            scores.imag, mask
+        )
+    raise ValueError(softmax)
+
+
+def scores(q, k, product, scale):
+    """A = scale * q conj(k)^T ('inner') or scale * q k^T ('bilinear')."""
+    k = np.conj(k) if product == "inner" else k
+    return scale * np.einsum("...th,...sh->...ts", q, k)
+
+
+def attention(q, k, v, softmax, product, scale, mask=None):
+    """Per-head complex attention: q (..., T, H), k (..., S, H), v (..., S, V)."""
+    w = weights(scores(q, k, product, scale), softmax, mask)
+    return w @ v, w
+
+
+def dense(x, kernel, bias=None):
+    """x W + b in complex128."""
+    y = x @ kernel
+    return y if bias is None else y + bias
+
+
+def multi_head_attention(
+    query, value, key, params, num_heads, softmax, product, scale, mask=None
+):
+    """The reference MHA.
+
+    query (B, T, Eq), value (B, S, Ev), key (B, S, Ek): complex.
+    params: {"query": (W, b), "key": ..., "value": ..., "output": ...},
+        complex kernels (in, out) and biases (out,) or None.
+    mask: boolean, broadcastable to (B, T, S) (or (B, N, T, S)).
+    Returns the output (B, T, O) and the weights (B, N, T, S).
+    """
+
+    def heads(x):  # (B, L, N*h) -> (B, N, L, h), contiguous blocks
+        b, length, width = x.shape
+        return x.reshape(b, length, num_heads, width // num_heads).transpose(
+            0, 2, 1, 3
+        )
+
+    q = heads(dense(query, *params["query"]))
+    k = heads(dense(key, *params["key"]))
+    v = heads(dense(value, *params["value"]))
+    if mask is not None:
+        mask = np.asarray(mask, dtype=bool)
+        if mask.ndim == 3:
+            mask = mask[:, None]
+    out, w = attention(q, k, v, softmax, product, scale, mask)
+    b, _, t, _ = out.shape
+    merged = out.transpose(0, 2, 1, 3).reshape(b, t, -1)
+    return dense(merged, *params["output"]), w
+
+
+def random_complex(rng, shape, scale=1.0):
+    return scale * (
+        rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    ) / np.sqrt(2)

@@ -1,0 +1,181 @@
+"""Tests of the functional attention core (cvattn_keras.attention)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import cvattn_keras as cvk
+from cvattn_keras import attention as att
+import numpy_reference as ref
+
+VARIANTS = [(s, p) for s in att.SOFTMAX_VARIANTS for p in att.PRODUCTS]
+
+# Worked rows of reference-semantics.md: A = [1+i, 2-i, 0.5i], no scaling.
+WORKED_SCORES = np.array([1 + 1j, 2 - 1j, 0.5j])
+WORKED = {
+    "real": (
+        [0.244728, 0.665241, 0.090031],
+        [0.731059, 0, 0.268941],
+    ),
+    "abs": (
+        [0.192381 + 0.192381j, 0.553541 - 0.276771j, 0.109054j],
+        [0.504776 + 0.504776j, 0, 0.286138j],
+    ),
+    "absonly": (
+        [0.272068, 0.618878, 0.109054],
+        [0.713862, 0, 0.286138],
+    ),
+    "naive": (
+        [0.244728 + 0.574097j, 0.665241 + 0.077696j, 0.090031 + 0.348207j],
+        [0.731059 + 0.622459j, 0, 0.268941 + 0.377541j],
+    ),
+}
+
+
+def _heads(z):
+    """Complex (B, L, N, h) -> stacked per head, float32 tensor."""
+    return tf.constant(cvk.to_stacked(z))
+
+
+def _row_inputs(scores, product):
+    """q = 1 (one complex feature) and keys chosen so that <q, k_s> = A_s."""
+    keys = np.conj(scores) if product == "inner" else scores
+    q = _heads(np.ones((1, 1, 1, 1), complex))
+    k = _heads(keys.reshape(1, -1, 1, 1))
+    return q, k
+
+
+def _weights(softmax, product, scores, mask=None):
+    q, k = _row_inputs(scores, product)
+    _, w = att.complex_dot_product_attention(
+        q, k, k, softmax, product, scale=1.0, mask=mask, return_weights=True
+    )
+    return cvk.from_stacked(w, "complex128")[0, 0, 0]
+
+
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+def test_worked_rows_of_the_reference(softmax, product):
+    unmasked, masked = WORKED[softmax]
+    # The table has 6 digits: 1e-6 absolute plus rounding.
+    np.testing.assert_allclose(
+        _weights(softmax, product, WORKED_SCORES), unmasked, atol=1.5e-6
+    )
+    mask = np.array([[True, False, True]])  # (T, S)
+    np.testing.assert_allclose(
+        _weights(softmax, product, WORKED_SCORES, mask), masked, atol=1.5e-6
+    )
+
+
+def test_abs_with_an_exactly_zero_score():
+    w = _weights("abs", "inner", np.array([0, 1 + 1j, -2]))
+    np.testing.assert_allclose(
+        w, [0, 0.232638 + 0.232638j, -0.591015], atol=1.5e-6
+    )
+
+
+@pytest.mark.parametrize("softmax", ["abs", "absonly"])
+def test_zero_score_has_finite_gradients(softmax):
+    q, k = _row_inputs(np.array([0, 1 + 1j, -2]), "inner")
+    with tf.GradientTape() as tape:
+        tape.watch([q, k])
+        out = att.complex_dot_product_attention(q, k, k, softmax, scale=1.0)
+        loss = tf.reduce_sum(out**2)
+    for grad in tape.gradient(loss, [q, k]):
+        assert np.all(np.isfinite(grad.numpy()))
+
+
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+def test_core_matches_reference_with_mask(rng, softmax, product):
+    # B=2, T=3, S=5, N=2, H=3, V=4; the last query row fully masked.
+    q = ref.random_complex(rng, (2, 3, 2, 3))
+    k = ref.random_complex(rng, (2, 5, 2, 3))
+    v = ref.random_complex(rng, (2, 5, 2, 4))
+    mask = rng.random((2, 3, 5)) > 0.4
+    mask[:, -1] = False
+    mask[:, 0, 0] = True
+    out, w = att.complex_dot_product_attention(
+        _heads(q), _heads(k), _heads(v), softmax, product,
+        mask=mask, return_weights=True,
+    )
+    to_bnth = lambda z: z.transpose(0, 2, 1, 3)  # noqa: E731
+    ref_out, ref_w = ref.attention(
+        to_bnth(q), to_bnth(k), to_bnth(v), softmax, product,
+        scale=3**-0.5, mask=mask[:, None],
+    )
+    np.testing.assert_allclose(
+        cvk.from_stacked(out, "complex128"), to_bnth(ref_out), atol=1e-5
+    )
+    np.testing.assert_allclose(cvk.from_stacked(w, "complex128"), ref_w, atol=1e-5)
+    assert np.all(cvk.from_stacked(out)[:, -1] == 0)
+
+
+@pytest.mark.parametrize("mask_rank", [None, 2, 3, 4])
+def test_fused_cattn_path_equals_general_path(rng, mask_rank):
+    """CAtt without returned weights goes through dot_product_attention; with
+    weights it goes through the general path. Both must agree."""
+    q = _heads(ref.random_complex(rng, (2, 4, 3, 2)))
+    kv = _heads(ref.random_complex(rng, (2, 6, 3, 2)))
+    shapes = {2: (4, 6), 3: (2, 4, 6), 4: (2, 3, 4, 6)}
+    mask = None
+    if mask_rank:
+        mask = rng.random(shapes[mask_rank]) > 0.5
+        mask[..., 1, :] = False  # a fully masked query row
+    fused = att.complex_dot_product_attention(q, kv, kv, mask=mask)
+    general, _ = att.complex_dot_product_attention(
+        q, kv, kv, mask=mask, return_weights=True
+    )
+    np.testing.assert_allclose(fused, general, atol=1e-6)
+
+
+def test_dropout_shares_one_mask_between_parts(rng):
+    q = _heads(ref.random_complex(rng, (1, 8, 1, 2)))
+    k = _heads(ref.random_complex(rng, (1, 16, 1, 2)))
+    weights = att.attention_weights(
+        att.complex_scores(q, k, "inner", 1.0), "naive"
+    )
+    dropped = att._dropout(weights, "naive", 0.5, seed=3)
+    re, im = np.split(dropped.numpy(), 2, axis=-1)
+    wre, wim = np.split(weights.numpy(), 2, axis=-1)
+    assert np.array_equal(re == 0, im == 0)
+    assert 0.3 < np.mean(re == 0) < 0.7
+    kept = re != 0
+    np.testing.assert_allclose(re[kept], 2 * wre[kept], rtol=1e-6)
+    np.testing.assert_allclose(im[kept], 2 * wim[kept], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("CAtt", "real"), ("apatt", "abs"), ("AATT", "absonly"),
+        ("RIAtt", "naive"), ("naiv", "naive"), ("Real", "real"),
+    ],
+)
+def test_softmax_aliases(name, expected):
+    assert att.resolve_softmax(name) == expected
+
+
+def test_product_aliases_and_compound_strings():
+    assert att.resolve_product("IP") == "inner"
+    assert att.resolve_product("cp") == "bilinear"
+    compounds = "realip absip absonlyip naivip realcp abscp absonlycp naivcp"
+    parsed = [att.parse_variant(name) for name in compounds.split()]
+    assert parsed == [
+        (s, p) for p in ("inner", "bilinear")
+        for s in ("real", "abs", "absonly", "naive")
+    ]
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: att.resolve_softmax("softplus"), "'real', 'abs'"),
+        (lambda: att.resolve_softmax("realip"), "parse_variant"),
+        (lambda: att.resolve_softmax(3), "Received: softmax=3"),
+        (lambda: att.resolve_product("outer"), "'inner', 'bilinear'"),
+        (lambda: att.parse_variant("real"), "'ip' or 'cp'"),
+        (lambda: att.parse_variant("fooip"), "softmax='foo'"),
+    ],
+)
+def test_unknown_names_list_the_valid_ones(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -1,0 +1,404 @@
+"""Tests of ComplexMultiHeadAttention against the NumPy complex128 reference.
+
+Tolerance: float32 layers on unit-scale data agree with complex128 to 1e-5
+absolute (the issue's bound); measured errors are about 1e-6.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import cvattn_keras as cvk
+from cvattn_keras import attention as att
+from cvattn_keras.layers import ComplexMultiHeadAttention
+import numpy_reference as ref
+
+VARIANTS = [(s, p) for s in att.SOFTMAX_VARIANTS for p in att.PRODUCTS]
+ATOL = 1e-5
+
+
+def _params(layer):
+    """The layer's projections as complex (kernel, bias) pairs."""
+
+    def pair(dense):
+        kernel = dense.kernel_real.numpy() + 1j * dense.kernel_imag.numpy()
+        bias = None
+        if dense.use_bias:
+            bias = dense.bias_real.numpy() + 1j * dense.bias_imag.numpy()
+        return kernel, bias
+
+    return {
+        "query": pair(layer.query_dense),
+        "key": pair(layer.key_dense),
+        "value": pair(layer.value_dense),
+        "output": pair(layer.output_dense),
+    }
+
+
+def _layer(softmax="real", product="inner", **kwargs):
+    kwargs.setdefault("num_heads", 2)
+    kwargs.setdefault("key_dim", 3)
+    kwargs.setdefault("bias_initializer", "random_normal")
+    return ComplexMultiHeadAttention(
+        softmax=softmax, product=product, **kwargs
+    )
+
+
+def _check(layer, outputs, query, value, key, mask, scores=None):
+    """Compares outputs (and scores) with the reference MHA."""
+    ref_out, ref_w = ref.multi_head_attention(
+        query, value, key, _params(layer), layer.num_heads, layer.softmax,
+        layer.product, layer.key_dim**-0.5, mask,
+    )
+    got = cvk.from_stacked(outputs, "complex128")
+    np.testing.assert_allclose(got, ref_out, atol=ATOL)
+    if scores is not None:
+        got_w = cvk.from_stacked(scores, "complex128")
+        np.testing.assert_allclose(got_w, ref_w, atol=ATOL)
+    return ref_out
+
+
+# ----------------------------------------------------------------------
+# Parity with the reference.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+def test_self_attention_with_causal_mask(rng, softmax, product):
+    x = ref.random_complex(rng, (2, 5, 4))
+    layer = _layer(softmax, product, value_dim=2, output_dim=3)
+    xs = cvk.to_stacked(x)
+    out, scores = layer(xs, xs, use_causal_mask=True, return_attention_scores=True)
+    assert tuple(out.shape) == (2, 5, 6)
+    assert tuple(scores.shape) == (2, 2, 5, 10)
+    causal = np.tril(np.ones((5, 5), bool))[None]
+    _check(layer, out, x, x, x, causal, scores)
+    # The fused path (no scores requested) gives the same output.
+    np.testing.assert_allclose(layer(xs, xs, use_causal_mask=True), out, atol=1e-6)
+
+
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+def test_cross_attention_with_boolean_mask(rng, softmax, product):
+    # T = 4 queries with 3 features; S = 6 keys with 2, values with 5.
+    query = ref.random_complex(rng, (2, 4, 3))
+    value = ref.random_complex(rng, (2, 6, 5))
+    key = ref.random_complex(rng, (2, 6, 2))
+    mask = rng.random((2, 4, 6)) > 0.4
+    mask[:, :, 0] = True
+    mask[1, 2] = False  # a query with nothing to attend
+    layer = _layer(softmax, product, num_heads=3, key_dim=2, value_dim=3)
+    out, scores = layer(
+        cvk.to_stacked(query), cvk.to_stacked(value), cvk.to_stacked(key),
+        attention_mask=mask, return_attention_scores=True,
+    )
+    assert tuple(out.shape) == (2, 4, 6) and tuple(scores.shape) == (2, 3, 4, 12)
+    _check(layer, out, query, value, key, mask, scores)
+    # The fully masked row: zero weights, output = the output bias.
+    assert np.all(scores.numpy()[1, :, 2] == 0)
+    bias = np.concatenate(
+        [layer.output_dense.bias_real.numpy(), layer.output_dense.bias_imag.numpy()]
+    )
+    np.testing.assert_allclose(out.numpy()[1, 2], bias, atol=1e-6)
+
+
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+def test_padding_masks_from_keras_masking(rng, softmax, product):
+    query = ref.random_complex(rng, (3, 4, 2))
+    value = ref.random_complex(rng, (3, 5, 3))
+    query[0, 3:] = 0  # padded steps are all-zero: Masking(0.0) masks them
+    value[0, 3:] = 0
+    value[2, 4:] = 0
+    layer = _layer(softmax, product)
+    q_in, v_in = keras.Input((4, 4)), keras.Input((5, 6))
+    out = layer(keras.layers.Masking()(q_in), keras.layers.Masking()(v_in))
+    model = keras.Model([q_in, v_in], out)
+    got = model([cvk.to_stacked(query), cvk.to_stacked(value)])
+    q_valid = np.any(query != 0, axis=-1)
+    v_valid = np.any(value != 0, axis=-1)
+    mask = q_valid[:, :, None] & v_valid[:, None, :]
+    _check(layer, got, query, value, value, mask)
+
+
+@pytest.mark.parametrize("softmax", ["real", "naive"])
+def test_mask_ranks_are_equivalent(rng, softmax):
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 4, 3)))
+    m = rng.random((4, 4)) > 0.3
+    layer = _layer(softmax)
+    outs = [
+        layer(x, x, attention_mask=mask)
+        for mask in (m, np.broadcast_to(m, (2, 4, 4)),
+                     np.broadcast_to(m, (2, 2, 4, 4)))
+    ]
+    # The float 0/1 mask of Keras' own examples means the same.
+    outs.append(layer(x, x, attention_mask=m.astype("float32")))
+    for out in outs[1:]:
+        np.testing.assert_allclose(out, outs[0], atol=1e-6)
+
+
+def test_per_head_mask(rng):
+    x = ref.random_complex(rng, (1, 3, 2))
+    mask = np.ones((1, 2, 3, 3), bool)
+    mask[0, 1, :, 0] = False  # head 1 does not see key 0
+    layer = _layer("abs")
+    out = layer(cvk.to_stacked(x), cvk.to_stacked(x), attention_mask=mask)
+    _check(layer, out, x, x, x, mask)
+
+
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+def test_fully_masked_rows_have_finite_gradients(rng, softmax, product):
+    x = tf.constant(cvk.to_stacked(ref.random_complex(rng, (2, 3, 2))))
+    mask = np.ones((2, 3, 3), bool)
+    mask[0, 1] = False
+    mask[1] = False
+    layer = _layer(softmax, product)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out = layer(x, x, attention_mask=mask, use_causal_mask=True)
+        loss = tf.reduce_sum(out**2)
+    grads = tape.gradient(loss, [x] + layer.trainable_variables)
+    assert np.all(np.isfinite(out.numpy()))
+    for grad in grads:
+        assert np.all(np.isfinite(grad.numpy()))
+
+
+@pytest.mark.parametrize("softmax", att.SOFTMAX_VARIANTS)
+def test_global_phase_rotates_the_output(rng, softmax):
+    """With bias-free projections, x -> e^{i phi} x leaves the inner-product
+    scores (so every variant's weights) unchanged and rotates the output."""
+    x = ref.random_complex(rng, (2, 4, 3))
+    rotation = np.exp(0.7j)
+    layer = _layer(softmax, use_bias=False)
+    a, wa = layer(cvk.to_stacked(x), cvk.to_stacked(x), return_attention_scores=True)
+    xr = cvk.to_stacked(rotation * x)
+    b, wb = layer(xr, xr, return_attention_scores=True)
+    np.testing.assert_allclose(wb, wa, atol=1e-6)
+    np.testing.assert_allclose(
+        cvk.from_stacked(b), rotation * cvk.from_stacked(a), atol=1e-5
+    )
+
+
+def test_scale_argument(rng):
+    x = ref.random_complex(rng, (1, 3, 2))
+    layer = _layer("naive", scale=0.25)
+    out = layer(cvk.to_stacked(x), cvk.to_stacked(x))
+    ref_out, _ = ref.multi_head_attention(
+        x, x, x, _params(layer), 2, "naive", "inner", 0.25
+    )
+    np.testing.assert_allclose(cvk.from_stacked(out), ref_out, atol=ATOL)
+
+
+def test_dropout_only_in_training(rng):
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 4, 3)))
+    layer = _layer("abs", dropout=0.5, seed=3)
+    inference = layer(x, x)
+    np.testing.assert_array_equal(layer(x, x, training=False), inference)
+    train_a = layer(x, x, training=True)
+    train_b = layer(x, x, training=True)
+    assert not np.allclose(train_a, inference)
+    assert not np.allclose(train_a, train_b)
+
+
+# ----------------------------------------------------------------------
+# Keras citizenship.
+# ----------------------------------------------------------------------
+
+
+def test_sublayers_and_weights_follow_the_contract():
+    layer = _layer(num_heads=2, key_dim=3, value_dim=4, output_dim=5)
+    layer.build((None, 6, 8), (None, 7, 10))
+    for name, shape in [
+        ("query_dense", (4, 6)),
+        ("key_dense", (5, 6)),
+        ("value_dense", (5, 8)),
+        ("output_dense", (8, 5)),
+    ]:
+        dense = getattr(layer, name)
+        assert isinstance(dense, cvk.layers.ComplexDense)
+        assert tuple(dense.kernel_real.shape) == shape
+    # 4 projections x (kernel_real, kernel_imag, bias_real, bias_imag).
+    assert len(layer.trainable_weights) == 16
+    # All initial kernels differ (cloned initializers).
+    kernels = [w.numpy() for w in layer.trainable_weights if "kernel" in w.path]
+    assert not np.allclose(kernels[0], kernels[1])
+
+
+def test_output_shapes_symbolic_and_eager_with_t_not_s():
+    layer = _layer(num_heads=2, key_dim=3, output_dim=4)
+    q, v = keras.Input((5, 6), batch_size=2), keras.Input((7, 10), batch_size=2)
+    out, scores = layer(q, v, return_attention_scores=True)
+    assert tuple(out.shape) == (2, 5, 8)
+    assert tuple(scores.shape) == (2, 2, 5, 14)
+    assert layer.compute_output_shape((2, 5, 6), (2, 7, 10)) == (2, 5, 8)
+    eager_out, eager_scores = layer(
+        np.zeros((2, 5, 6), "float32"), np.zeros((2, 7, 10), "float32"),
+        return_attention_scores=True,
+    )
+    assert tuple(eager_out.shape) == tuple(out.shape)
+    assert tuple(eager_scores.shape) == tuple(scores.shape)
+
+
+def test_variable_length_sequences_in_a_functional_model(rng):
+    q_in, v_in = keras.Input((None, 4)), keras.Input((None, 6))
+    out, scores = _layer("naive")(q_in, v_in, return_attention_scores=True)
+    assert tuple(out.shape) == (None, None, 4)
+    assert tuple(scores.shape) == (None, 2, None, None)
+    model = keras.Model([q_in, v_in], [out, scores])
+    got, got_scores = model([np.ones((1, 3, 4)), np.ones((1, 5, 6))])
+    assert tuple(got.shape) == (1, 3, 4) and tuple(got_scores.shape) == (1, 2, 3, 10)
+
+
+def test_config_round_trip():
+    layer = _layer(
+        "absonly", "bilinear", value_dim=2, dropout=0.1, output_dim=3,
+        scale=0.3, kernel_regularizer="l2", seed=5, name="cmha",
+    )
+    config = layer.get_config()
+    clone = ComplexMultiHeadAttention.from_config(config)
+    assert clone.get_config() == config
+    assert config["softmax"] == "absonly" and config["product"] == "bilinear"
+
+
+@pytest.mark.slow
+def test_saved_model_loads_with_safe_mode(rng, tmp_path):
+    q_in, v_in = keras.Input((4, 6)), keras.Input((5, 4))
+    x = cvk.layers.ComplexDense(3)(q_in)
+    x = _layer("abs", "bilinear", dropout=0.1, seed=1, kernel_regularizer="l2")(
+        x, v_in, use_causal_mask=True
+    )
+    model = keras.Model([q_in, v_in], x)
+    inputs = [
+        cvk.to_stacked(ref.random_complex(rng, (2, 4, 3))),
+        cvk.to_stacked(ref.random_complex(rng, (2, 5, 2))),
+    ]
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert isinstance(loaded.layers[-1], ComplexMultiHeadAttention)
+    np.testing.assert_array_equal(loaded(inputs), model(inputs))
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision(rng, policy):
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 5, 4)))
+    full = _layer("abs", bias_initializer="zeros")
+    expected, _ = full(x, x, return_attention_scores=True)
+    mixed = _layer("abs", bias_initializer="zeros", dtype=policy)
+    mixed.build(x.shape, x.shape)
+    mixed.set_weights(full.get_weights())
+    out, scores = mixed(x, x, return_attention_scores=True)
+    compute = policy.split("_")[1]
+    assert keras.backend.standardize_dtype(out.dtype) == compute
+    assert keras.backend.standardize_dtype(scores.dtype) == compute
+    assert all(w.dtype == "float32" for w in mixed.weights)
+    # Half-precision projections: 8 (bfloat16) or 11 (float16) mantissa bits.
+    tol = 5e-2 if compute == "bfloat16" else 1e-2
+    np.testing.assert_allclose(np.asarray(out, "float32"), expected, atol=tol)
+    # The fused CAtt path under mixed precision too.
+    cat = _layer(dtype=policy)
+    assert keras.backend.standardize_dtype(cat(x, x).dtype) == compute
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+def test_xla_equals_eager(rng, softmax, product):
+    query = tf.constant(cvk.to_stacked(ref.random_complex(rng, (2, 4, 3))))
+    value = tf.constant(cvk.to_stacked(ref.random_complex(rng, (2, 6, 3))))
+    mask = tf.constant(rng.random((2, 4, 6)) > 0.3)
+    layer = _layer(softmax, product)
+    layer(query, value)
+
+    @tf.function(jit_compile=True)
+    def compiled(q, v, m):
+        fused = layer(q, v, attention_mask=m)
+        out, scores = layer(q, v, attention_mask=m, return_attention_scores=True)
+        return fused, out, scores
+
+    fused, out, scores = compiled(query, value, mask)
+    eager, eager_scores = layer(
+        query, value, attention_mask=mask, return_attention_scores=True
+    )
+    np.testing.assert_allclose(fused, eager, atol=1e-6)
+    np.testing.assert_allclose(out, eager, atol=1e-6)
+    np.testing.assert_allclose(scores, eager_scores, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_fit_lowers_the_loss(rng):
+    """Learn a teacher attention layer's map: the loss must drop."""
+    x = cvk.to_stacked(ref.random_complex(rng, (64, 6, 4)))
+    teacher = _layer("real", num_heads=2, key_dim=4)
+    y = teacher(x, x, use_causal_mask=True).numpy()
+    inputs = keras.Input((6, 8))
+    student = _layer("real", num_heads=2, key_dim=4, dropout=0.1)
+    model = keras.Model(inputs, student(inputs, inputs, use_causal_mask=True))
+    model.compile(keras.optimizers.Adam(1e-2), "mse")
+    before = model.evaluate(x, y, verbose=0)
+    model.fit(x, y, epochs=10, batch_size=16, verbose=0)
+    after = model.evaluate(x, y, verbose=0)
+    assert after < 0.5 * before
+
+
+# ----------------------------------------------------------------------
+# Bad input.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_heads=0), "num_heads=0"),
+        (dict(num_heads=2.0), "num_heads=2.0"),
+        (dict(num_heads=True), "num_heads=True"),
+        (dict(key_dim=-1), "key_dim=-1"),
+        (dict(value_dim=0), "value_dim=0"),
+        (dict(output_dim="4"), "output_dim='4'"),
+        (dict(dropout=1.0), "dropout=1.0"),
+        (dict(dropout=-0.1), "dropout=-0.1"),
+        (dict(softmax="sparsemax"), "softmax='sparsemax'"),
+        (dict(softmax="realip"), "parse_variant"),
+        (dict(product="outer"), "product='outer'"),
+        (dict(scale=0.0), "scale=0.0"),
+        (dict(seed="1"), "seed='1'"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, match):
+    base = dict(num_heads=2, key_dim=3)
+    with pytest.raises(ValueError, match=match):
+        ComplexMultiHeadAttention(**{**base, **kwargs})
+
+
+def _zeros(*shape):
+    return np.zeros(shape, "float32")
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, match",
+    [
+        ((_zeros(2, 4, 5), _zeros(2, 4, 6)), {}, "query_shape\\[-1\\]=5"),
+        ((_zeros(2, 4, 6), _zeros(2, 4, 3)), {}, "value_shape\\[-1\\]=3"),
+        ((_zeros(2, 4, 6), _zeros(2, 4, 6), _zeros(2, 4, 7)), {}, "key_shape"),
+        ((_zeros(2, 4, 6), _zeros(2, 5, 6), _zeros(2, 4, 6)), {}, "same length"),
+        ((_zeros(4, 6), _zeros(4, 6)), {}, "rank 3"),
+        (
+            (_zeros(2, 4, 6), _zeros(2, 5, 6)),
+            dict(attention_mask=np.ones((2, 4, 6), bool)),
+            "attention_mask.shape=\\(2, 4, 6\\)",
+        ),
+        (
+            (_zeros(2, 4, 6), _zeros(2, 5, 6)),
+            dict(attention_mask=np.ones((1, 2, 2, 4, 5), bool)),
+            "attention_mask",
+        ),
+    ],
+)
+def test_bad_inputs(args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _layer()(*args, **kwargs)
+
+
+def test_inputs_must_fit_the_built_layer():
+    layer = _layer()
+    layer(_zeros(1, 3, 6), _zeros(1, 3, 6))
+    with pytest.raises(ValueError, match="built for complex feature sizes"):
+        layer(_zeros(1, 3, 8), _zeros(1, 3, 6))
