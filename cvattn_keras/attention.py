@@ -293,9 +293,9 @@ def complex_dot_product_attention(
 
     Example:
 
-    >>> q = keras.ops.ones((2, 5, 4, 6))   # B=2, T=5, N=4, H=3
-    >>> kv = keras.ops.ones((2, 7, 4, 6))  # S=7
-    >>> complex_dot_product_attention(q, kv, kv, softmax="abs").shape
+    >>> q = ops.ones((2, 5, 4, 6))   # B=2, T=5, N=4, H=3
+    >>> kv = ops.ones((2, 7, 4, 6))  # S=7
+    >>> tuple(complex_dot_product_attention(q, kv, kv, softmax="abs").shape)
     (2, 5, 4, 6)
     """
     softmax = resolve_softmax(softmax)

@@ -101,7 +101,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
 
     >>> layer = ComplexMultiHeadAttention(num_heads=2, key_dim=4)
     >>> x = keras.ops.ones((3, 5, 8))           # 4 complex features
-    >>> layer(x, x, use_causal_mask=True).shape
+    >>> tuple(layer(x, x, use_causal_mask=True).shape)
     (3, 5, 8)
 
     References:

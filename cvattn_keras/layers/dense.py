@@ -46,7 +46,7 @@ class ComplexDense(keras.layers.Layer):
     Example:
 
     >>> layer = ComplexDense(4)
-    >>> layer(keras.ops.ones((2, 3, 6))).shape
+    >>> tuple(layer(keras.ops.ones((2, 3, 6))).shape)  # 3 -> 4 complex
     (2, 3, 8)
     """
 
