@@ -179,3 +179,25 @@ def test_product_aliases_and_compound_strings():
 def test_unknown_names_list_the_valid_ones(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("softmax", att.SOFTMAX_VARIANTS)
+@pytest.mark.parametrize("return_weights", [False, True])
+def test_half_precision_inputs_get_float32_scores(rng, softmax, return_weights):
+    """Scores of 4.5e5 overflow float16 (max 65504); computed in float32 as
+    documented, the softmax stays finite and exact."""
+    q = np.full((1, 2, 1, 8), 300.0)  # H = 4: <q, q> = 8 * 300^2 / 2 * 2
+    k = q.copy()
+    k[:, 1] *= -1  # scores +A and -A
+    v = rng.standard_normal((1, 2, 1, 4))
+    half = [tf.constant(a, tf.float16) for a in (q, k, v)]
+    result = att.complex_dot_product_attention(
+        *half, softmax, scale=1.0, return_weights=return_weights
+    )
+    out = result[0] if return_weights else result
+    assert out.dtype == tf.float16
+    assert np.all(np.isfinite(out.numpy()))
+    full = att.complex_dot_product_attention(
+        *[tf.constant(a, tf.float32) for a in (q, k, v)], softmax, scale=1.0
+    )
+    np.testing.assert_allclose(out.numpy(), full.numpy(), rtol=2e-3, atol=2e-3)
