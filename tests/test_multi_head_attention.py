@@ -120,6 +120,21 @@ def test_padding_masks_from_keras_masking(rng, softmax, product):
     _check(layer, got, query, value, value, mask)
 
 
+@pytest.mark.parametrize("softmax", ["real", "abs"])
+def test_key_mask_from_keras_masking(rng, softmax):
+    query = ref.random_complex(rng, (2, 3, 2))
+    value = ref.random_complex(rng, (2, 4, 2))
+    key = ref.random_complex(rng, (2, 4, 3))
+    key[1, 2:] = 0  # only the key carries the padding
+    layer = _layer(softmax)
+    q_in, v_in, k_in = keras.Input((3, 4)), keras.Input((4, 4)), keras.Input((4, 6))
+    out = layer(q_in, v_in, keras.layers.Masking()(k_in))
+    model = keras.Model([q_in, v_in, k_in], out)
+    got = model([cvk.to_stacked(a) for a in (query, value, key)])
+    mask = np.broadcast_to(np.any(key != 0, axis=-1)[:, None, :], (2, 3, 4))
+    _check(layer, got, query, value, key, mask)
+
+
 @pytest.mark.parametrize("softmax", ["real", "naive"])
 def test_mask_ranks_are_equivalent(rng, softmax):
     x = cvk.to_stacked(ref.random_complex(rng, (2, 4, 3)))
