@@ -17,9 +17,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import numpy as np  # noqa: E402
+import numpy_reference as ref  # noqa: E402
 
 import cvattn_keras as cvk  # noqa: E402
-import numpy_reference as ref  # noqa: E402
 from cvattn_keras import attention as att  # noqa: E402
 
 
@@ -46,19 +46,33 @@ def worst_error(softmax, product, trials, rng):
         mask = rng.random((4, 16, 24)) > 0.3
         mask[1, 2] = False
         layer = cvk.layers.ComplexMultiHeadAttention(
-            4, 4, softmax=softmax, product=product,
+            4,
+            4,
+            softmax=softmax,
+            product=product,
             bias_initializer="random_normal",
         )
         q, v = cvk.to_stacked(query), cvk.to_stacked(value)
-        out, weights = layer(q, v, attention_mask=mask,
-                             return_attention_scores=True)
+        out, weights = layer(
+            q, v, attention_mask=mask, return_attention_scores=True
+        )
         fused = layer(q, v, attention_mask=mask)
         expected, expected_weights = ref.multi_head_attention(
-            query, value, value, complex_params(layer), 4, softmax, product,
-            0.5, mask,
+            query,
+            value,
+            value,
+            complex_params(layer),
+            4,
+            softmax,
+            product,
+            0.5,
+            mask,
         )
-        for got, want in [(out, expected), (fused, expected),
-                          (weights, expected_weights)]:
+        for got, want in [
+            (out, expected),
+            (fused, expected),
+            (weights, expected_weights),
+        ]:
             error = np.abs(cvk.from_stacked(got, "complex128") - want).max()
             worst = max(worst, float(error))
     return worst

@@ -194,7 +194,7 @@ def _leading_shape(x):
 
 
 def stacked_to_pairs(x):
-    """Stacked `(..., 2n)` -> pairs `(..., n, 2)` (`torch.view_as_real` style)."""
+    """Stacked `(..., 2n)` -> pairs `(..., n, 2)`, as `torch.view_as_real`."""
     x = _as_array(x)
     re, im = split(x)
     if _is_numpy(x):
@@ -203,7 +203,7 @@ def stacked_to_pairs(x):
 
 
 def pairs_to_stacked(x):
-    """Pairs `(..., n, 2)` (`torch.view_as_real` style) -> stacked `(..., 2n)`."""
+    """Pairs `(..., n, 2)`, as `torch.view_as_real` -> stacked `(..., 2n)`."""
     x = _as_array(x)
     shape = tuple(x.shape)
     if len(shape) < 2 or shape[-1] != 2:

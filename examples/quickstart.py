@@ -105,8 +105,10 @@ def main():
     clean_val, noisy_val = make_tones(256, args.noise, rng)
     x, y = cvk.to_stacked(noisy), cvk.to_stacked(clean)
     x_val, y_val = cvk.to_stacked(noisy_val), cvk.to_stacked(clean_val)
-    print(f"complex input {noisy.shape} {noisy.dtype} -> stacked {x.shape} "
-          f"{x.dtype} ([real | imag] on the last axis)")
+    print(
+        f"complex input {noisy.shape} {noisy.dtype} -> stacked {x.shape} "
+        f"{x.dtype} ([real | imag] on the last axis)"
+    )
 
     model = build_model(args.softmax, args.product)
     model.compile(keras.optimizers.Adam(3e-3), loss="mse")
@@ -114,21 +116,29 @@ def main():
 
     identity_mse = float(np.mean((x_val - y_val) ** 2))
     history = model.fit(
-        x, y, validation_data=(x_val, y_val), epochs=args.epochs,
-        batch_size=64, verbose=2,
+        x,
+        y,
+        validation_data=(x_val, y_val),
+        epochs=args.epochs,
+        batch_size=64,
+        verbose=2,
     )
     losses = history.history["val_loss"]
-    print(f"\nvalidation MSE per real channel: epoch 1 {losses[0]:.4f} -> "
-          f"epoch {len(losses)} {losses[-1]:.4f}; "
-          f"the noisy input itself: {identity_mse:.4f}")
+    print(
+        f"\nvalidation MSE per real channel: epoch 1 {losses[0]:.4f} -> "
+        f"epoch {len(losses)} {losses[-1]:.4f}; "
+        f"the noisy input itself: {identity_mse:.4f}"
+    )
     print(f"noise power reduced {identity_mse / losses[-1]:.1f}x")
 
     layer = model.get_layer("attention")
     got = cvk.from_stacked(layer(x_val[:8], x_val[:8]), "complex128")
     expected = numpy_attention(layer, noisy_val[:8])
     error = np.max(np.abs(got - expected))
-    print(f"attention output {got.shape} vs NumPy complex128: "
-          f"max abs error {error:.2e}")
+    print(
+        f"attention output {got.shape} vs NumPy complex128: "
+        f"max abs error {error:.2e}"
+    )
     if not error < 1e-4:
         raise SystemExit("attention output does not match NumPy")
 

@@ -31,7 +31,9 @@ def weights(scores, softmax, mask=None):
         return masked_softmax(np.abs(scores), mask).astype(np.complex128)
     if softmax == "abs":
         magnitude = np.abs(scores)
-        phase = np.where(magnitude > 0, scores / np.where(magnitude > 0, magnitude, 1), 0)
+        phase = np.where(
+            magnitude > 0, scores / np.where(magnitude > 0, magnitude, 1), 0
+        )
         return masked_softmax(magnitude, mask) * phase
     if softmax == "naive":
         return masked_softmax(scores.real, mask) + 1j * masked_softmax(
@@ -47,7 +49,7 @@ def scores(q, k, product, scale):
 
 
 def attention(q, k, v, softmax, product, scale, mask=None):
-    """Per-head complex attention: q (..., T, H), k (..., S, H), v (..., S, V)."""
+    """Per-head attention: q (..., T, H), k (..., S, H), v (..., S, V)."""
     w = weights(scores(q, k, product, scale), softmax, mask)
     return w @ v, w
 
@@ -90,6 +92,8 @@ def multi_head_attention(
 
 
 def random_complex(rng, shape, scale=1.0):
-    return scale * (
-        rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
-    ) / np.sqrt(2)
+    return (
+        scale
+        * (rng.standard_normal(shape) + 1j * rng.standard_normal(shape))
+        / np.sqrt(2)
+    )

@@ -1,12 +1,12 @@
 """Tests of the functional attention core (cvattn_keras.attention)."""
 
 import numpy as np
+import numpy_reference as ref
 import pytest
 import tensorflow as tf
 
 import cvattn_keras as cvk
 from cvattn_keras import attention as att
-import numpy_reference as ref
 
 VARIANTS = [(s, p) for s in att.SOFTMAX_VARIANTS for p in att.PRODUCTS]
 
@@ -94,18 +94,30 @@ def test_core_matches_reference_with_mask(rng, softmax, product):
     mask[:, -1] = False
     mask[:, 0, 0] = True
     out, w = att.complex_dot_product_attention(
-        _heads(q), _heads(k), _heads(v), softmax, product,
-        mask=mask, return_weights=True,
+        _heads(q),
+        _heads(k),
+        _heads(v),
+        softmax,
+        product,
+        mask=mask,
+        return_weights=True,
     )
     to_bnth = lambda z: z.transpose(0, 2, 1, 3)  # noqa: E731
     ref_out, ref_w = ref.attention(
-        to_bnth(q), to_bnth(k), to_bnth(v), softmax, product,
-        scale=3**-0.5, mask=mask[:, None],
+        to_bnth(q),
+        to_bnth(k),
+        to_bnth(v),
+        softmax,
+        product,
+        scale=3**-0.5,
+        mask=mask[:, None],
     )
     np.testing.assert_allclose(
         cvk.from_stacked(out, "complex128"), to_bnth(ref_out), atol=1e-5
     )
-    np.testing.assert_allclose(cvk.from_stacked(w, "complex128"), ref_w, atol=1e-5)
+    np.testing.assert_allclose(
+        cvk.from_stacked(w, "complex128"), ref_w, atol=1e-5
+    )
     assert np.all(cvk.from_stacked(out)[:, -1] == 0)
 
 
@@ -146,8 +158,12 @@ def test_dropout_shares_one_mask_between_parts(rng):
 @pytest.mark.parametrize(
     "name, expected",
     [
-        ("CAtt", "real"), ("apatt", "abs"), ("AATT", "absonly"),
-        ("RIAtt", "naive"), ("naiv", "naive"), ("Real", "real"),
+        ("CAtt", "real"),
+        ("apatt", "abs"),
+        ("AATT", "absonly"),
+        ("RIAtt", "naive"),
+        ("naiv", "naive"),
+        ("Real", "real"),
     ],
 )
 def test_softmax_aliases(name, expected):
@@ -160,7 +176,8 @@ def test_product_aliases_and_compound_strings():
     compounds = "realip absip absonlyip naivip realcp abscp absonlycp naivcp"
     parsed = [att.parse_variant(name) for name in compounds.split()]
     assert parsed == [
-        (s, p) for p in ("inner", "bilinear")
+        (s, p)
+        for p in ("inner", "bilinear")
         for s in ("real", "abs", "absonly", "naive")
     ]
 

@@ -99,11 +99,17 @@ def test_arithmetic_matches_numpy(rng):
     a, b = _z(rng, (5, 3)), _z(rng, (5, 3))
     xa, xb = tf.constant(cvk.to_stacked(a)), tf.constant(cvk.to_stacked(b))
     tol = dict(rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(cvk.from_stacked(cx.multiply(xa, xb)), a * b, **tol)
-    np.testing.assert_allclose(cvk.from_stacked(cx.conjugate(xa)), np.conj(a), **tol)
+    np.testing.assert_allclose(
+        cvk.from_stacked(cx.multiply(xa, xb)), a * b, **tol
+    )
+    np.testing.assert_allclose(
+        cvk.from_stacked(cx.conjugate(xa)), np.conj(a), **tol
+    )
     np.testing.assert_allclose(cvk.from_stacked(cx.times_i(xa)), 1j * a, **tol)
     np.testing.assert_allclose(cx.modulus(xa), np.abs(a), **tol)
-    np.testing.assert_allclose(cvk.from_stacked(cx.sign(xa)), a / np.abs(a), **tol)
+    np.testing.assert_allclose(
+        cvk.from_stacked(cx.sign(xa)), a / np.abs(a), **tol
+    )
 
 
 def test_block_kernel_is_the_complex_product(rng):

@@ -3,10 +3,10 @@
 import keras
 import numpy as np
 import pytest
+from numpy_reference import random_complex
 
 import cvattn_keras as cvk
 from cvattn_keras.layers import ComplexDense
-from numpy_reference import random_complex
 
 
 def _complex_weights(layer):
@@ -66,10 +66,14 @@ def test_default_initializer_has_glorot_complex_variance():
     kernel, _ = _complex_weights(layer)
     # E|W|^2 = 2 / (fan_in + fan_out); 120k samples: about 0.4% std error.
     expected = 2.0 / (fan_in + units)
-    np.testing.assert_allclose(np.mean(np.abs(kernel) ** 2), expected, rtol=0.03)
+    np.testing.assert_allclose(
+        np.mean(np.abs(kernel) ** 2), expected, rtol=0.03
+    )
     # Real and imaginary parts are drawn independently, each half of it.
     np.testing.assert_allclose(np.var(kernel.real), expected / 2, rtol=0.03)
-    assert abs(np.corrcoef(kernel.real.ravel(), kernel.imag.ravel())[0, 1]) < 0.02
+    assert (
+        abs(np.corrcoef(kernel.real.ravel(), kernel.imag.ravel())[0, 1]) < 0.02
+    )
 
 
 def test_seeded_initializer_gives_distinct_parts_reproducibly():

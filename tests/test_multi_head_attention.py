@@ -6,13 +6,13 @@ absolute (the issue's bound); measured errors are about 1e-6.
 
 import keras
 import numpy as np
+import numpy_reference as ref
 import pytest
 import tensorflow as tf
 
 import cvattn_keras as cvk
 from cvattn_keras import attention as att
 from cvattn_keras.layers import ComplexMultiHeadAttention
-import numpy_reference as ref
 
 VARIANTS = [(s, p) for s in att.SOFTMAX_VARIANTS for p in att.PRODUCTS]
 ATOL = 1e-5
@@ -40,16 +40,21 @@ def _layer(softmax="real", product="inner", **kwargs):
     kwargs.setdefault("num_heads", 2)
     kwargs.setdefault("key_dim", 3)
     kwargs.setdefault("bias_initializer", "random_normal")
-    return ComplexMultiHeadAttention(
-        softmax=softmax, product=product, **kwargs
-    )
+    return ComplexMultiHeadAttention(softmax=softmax, product=product, **kwargs)
 
 
 def _check(layer, outputs, query, value, key, mask, scores=None):
     """Compares outputs (and scores) with the reference MHA."""
     ref_out, ref_w = ref.multi_head_attention(
-        query, value, key, _params(layer), layer.num_heads, layer.softmax,
-        layer.product, layer.key_dim**-0.5, mask,
+        query,
+        value,
+        key,
+        _params(layer),
+        layer.num_heads,
+        layer.softmax,
+        layer.product,
+        layer.key_dim**-0.5,
+        mask,
     )
     got = cvk.from_stacked(outputs, "complex128")
     np.testing.assert_allclose(got, ref_out, atol=ATOL)
@@ -69,13 +74,17 @@ def test_self_attention_with_causal_mask(rng, softmax, product):
     x = ref.random_complex(rng, (2, 5, 4))
     layer = _layer(softmax, product, value_dim=2, output_dim=3)
     xs = cvk.to_stacked(x)
-    out, scores = layer(xs, xs, use_causal_mask=True, return_attention_scores=True)
+    out, scores = layer(
+        xs, xs, use_causal_mask=True, return_attention_scores=True
+    )
     assert tuple(out.shape) == (2, 5, 6)
     assert tuple(scores.shape) == (2, 2, 5, 10)
     causal = np.tril(np.ones((5, 5), bool))[None]
     _check(layer, out, x, x, x, causal, scores)
     # The fused path (no scores requested) gives the same output.
-    np.testing.assert_allclose(layer(xs, xs, use_causal_mask=True), out, atol=1e-6)
+    np.testing.assert_allclose(
+        layer(xs, xs, use_causal_mask=True), out, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("softmax, product", VARIANTS)
@@ -89,15 +98,26 @@ def test_cross_attention_with_boolean_mask(rng, softmax, product):
     mask[1, 2] = False  # a query with nothing to attend
     layer = _layer(softmax, product, num_heads=3, key_dim=2, value_dim=3)
     out, scores = layer(
-        cvk.to_stacked(query), cvk.to_stacked(value), cvk.to_stacked(key),
-        attention_mask=mask, return_attention_scores=True,
+        cvk.to_stacked(query),
+        cvk.to_stacked(value),
+        cvk.to_stacked(key),
+        attention_mask=mask,
+        return_attention_scores=True,
     )
-    assert tuple(out.shape) == (2, 4, 6) and tuple(scores.shape) == (2, 3, 4, 12)
+    assert tuple(out.shape) == (2, 4, 6) and tuple(scores.shape) == (
+        2,
+        3,
+        4,
+        12,
+    )
     _check(layer, out, query, value, key, mask, scores)
     # The fully masked row: zero weights, output = the output bias.
     assert np.all(scores.numpy()[1, :, 2] == 0)
     bias = np.concatenate(
-        [layer.output_dense.bias_real.numpy(), layer.output_dense.bias_imag.numpy()]
+        [
+            layer.output_dense.bias_real.numpy(),
+            layer.output_dense.bias_imag.numpy(),
+        ]
     )
     np.testing.assert_allclose(out.numpy()[1, 2], bias, atol=1e-6)
 
@@ -127,7 +147,11 @@ def test_key_mask_from_keras_masking(rng, softmax):
     key = ref.random_complex(rng, (2, 4, 3))
     key[1, 2:] = 0  # only the key carries the padding
     layer = _layer(softmax)
-    q_in, v_in, k_in = keras.Input((3, 4)), keras.Input((4, 4)), keras.Input((4, 6))
+    q_in, v_in, k_in = (
+        keras.Input((3, 4)),
+        keras.Input((4, 4)),
+        keras.Input((4, 6)),
+    )
     out = layer(q_in, v_in, keras.layers.Masking()(k_in))
     model = keras.Model([q_in, v_in, k_in], out)
     got = model([cvk.to_stacked(a) for a in (query, value, key)])
@@ -142,8 +166,11 @@ def test_mask_ranks_are_equivalent(rng, softmax):
     layer = _layer(softmax)
     outs = [
         layer(x, x, attention_mask=mask)
-        for mask in (m, np.broadcast_to(m, (2, 4, 4)),
-                     np.broadcast_to(m, (2, 2, 4, 4)))
+        for mask in (
+            m,
+            np.broadcast_to(m, (2, 4, 4)),
+            np.broadcast_to(m, (2, 2, 4, 4)),
+        )
     ]
     # The float 0/1 mask of Keras' own examples means the same.
     outs.append(layer(x, x, attention_mask=m.astype("float32")))
@@ -184,7 +211,9 @@ def test_global_phase_rotates_the_output(rng, softmax):
     x = ref.random_complex(rng, (2, 4, 3))
     rotation = np.exp(0.7j)
     layer = _layer(softmax, use_bias=False)
-    a, wa = layer(cvk.to_stacked(x), cvk.to_stacked(x), return_attention_scores=True)
+    a, wa = layer(
+        cvk.to_stacked(x), cvk.to_stacked(x), return_attention_scores=True
+    )
     xr = cvk.to_stacked(rotation * x)
     b, wb = layer(xr, xr, return_attention_scores=True)
     np.testing.assert_allclose(wb, wa, atol=1e-6)
@@ -246,7 +275,8 @@ def test_output_shapes_symbolic_and_eager_with_t_not_s():
     assert tuple(scores.shape) == (2, 2, 5, 14)
     assert layer.compute_output_shape((2, 5, 6), (2, 7, 10)) == (2, 5, 8)
     eager_out, eager_scores = layer(
-        np.zeros((2, 5, 6), "float32"), np.zeros((2, 7, 10), "float32"),
+        np.zeros((2, 5, 6), "float32"),
+        np.zeros((2, 7, 10), "float32"),
         return_attention_scores=True,
     )
     assert tuple(eager_out.shape) == tuple(out.shape)
@@ -260,13 +290,25 @@ def test_variable_length_sequences_in_a_functional_model(rng):
     assert tuple(scores.shape) == (None, 2, None, None)
     model = keras.Model([q_in, v_in], [out, scores])
     got, got_scores = model([np.ones((1, 3, 4)), np.ones((1, 5, 6))])
-    assert tuple(got.shape) == (1, 3, 4) and tuple(got_scores.shape) == (1, 2, 3, 10)
+    assert tuple(got.shape) == (1, 3, 4) and tuple(got_scores.shape) == (
+        1,
+        2,
+        3,
+        10,
+    )
 
 
 def test_config_round_trip():
     layer = _layer(
-        "absonly", "bilinear", value_dim=2, dropout=0.1, output_dim=3,
-        scale=0.3, kernel_regularizer="l2", seed=5, name="cmha",
+        "absonly",
+        "bilinear",
+        value_dim=2,
+        dropout=0.1,
+        output_dim=3,
+        scale=0.3,
+        kernel_regularizer="l2",
+        seed=5,
+        name="cmha",
     )
     config = layer.get_config()
     clone = ComplexMultiHeadAttention.from_config(config)
@@ -326,7 +368,9 @@ def test_xla_equals_eager(rng, softmax, product):
     @tf.function(jit_compile=True)
     def compiled(q, v, m):
         fused = layer(q, v, attention_mask=m)
-        out, scores = layer(q, v, attention_mask=m, return_attention_scores=True)
+        out, scores = layer(
+            q, v, attention_mask=m, return_attention_scores=True
+        )
         return fused, out, scores
 
     fused, out, scores = compiled(query, value, mask)
@@ -393,7 +437,11 @@ def _zeros(*shape):
         ((_zeros(2, 4, 5), _zeros(2, 4, 6)), {}, "query_shape\\[-1\\]=5"),
         ((_zeros(2, 4, 6), _zeros(2, 4, 3)), {}, "value_shape\\[-1\\]=3"),
         ((_zeros(2, 4, 6), _zeros(2, 4, 6), _zeros(2, 4, 7)), {}, "key_shape"),
-        ((_zeros(2, 4, 6), _zeros(2, 5, 6), _zeros(2, 4, 6)), {}, "same length"),
+        (
+            (_zeros(2, 4, 6), _zeros(2, 5, 6), _zeros(2, 4, 6)),
+            {},
+            "same length",
+        ),
         ((_zeros(4, 6), _zeros(4, 6)), {}, "rank 3"),
         (
             (_zeros(2, 4, 6), _zeros(2, 5, 6)),

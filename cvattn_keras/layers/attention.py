@@ -261,9 +261,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         return ComplexDense(
             units,
             use_bias=self.use_bias,
-            kernel_initializer=cinit.clone(
-                self.kernel_initializer, 2 * index
-            ),
+            kernel_initializer=cinit.clone(self.kernel_initializer, 2 * index),
             bias_initializer=cinit.clone(self.bias_initializer, 2 * index),
             kernel_regularizer=self.kernel_regularizer,
             bias_regularizer=self.bias_regularizer,
@@ -276,9 +274,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         query_size = self._check_shapes(query_shape, value_shape, key_shape)[0]
-        return tuple(query_shape)[:-1] + (
-            2 * (self.output_dim or query_size),
-        )
+        return tuple(query_shape)[:-1] + (2 * (self.output_dim or query_size),)
 
     def compute_output_spec(
         self,
@@ -446,9 +442,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         # (B, T, N, 2H), (B, S, N, 2H), (B, S, N, 2V)
         query = self._project_to_heads(self.query_dense, query, self.key_dim)
         key = self._project_to_heads(self.key_dense, key, self.key_dim)
-        value = self._project_to_heads(
-            self.value_dense, value, self.value_dim
-        )
+        value = self._project_to_heads(self.value_dense, value, self.value_dim)
         outputs, scores = self._compute_attention(
             query, key, value, mask, training, return_attention_scores
         )
