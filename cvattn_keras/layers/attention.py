@@ -6,6 +6,8 @@ from keras import ops
 from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
+from cvattn_keras.layers._weights import set_weight_options
+from cvattn_keras.layers._weights import weight_options_config
 from cvattn_keras.layers.dense import ComplexDense
 
 
@@ -18,6 +20,28 @@ def _check_positive_int(value, name, allow_none=False):
             f"{' or None' if allow_none else ''}. Received: {name}={value!r}"
         )
     return value
+
+
+def _block_einsum(dense, inputs, equation, kernel_shape, in_axis, bias_shape):
+    """Applies a `ComplexDense`'s weights through `einsum`, its complex
+    kernel reshaped to `kernel_shape` and made a block kernel whose input
+    features lie on `in_axis`; the complex bias reshaped to `bias_shape`."""
+    kernel = cx.block_kernel(
+        ops.reshape(dense.kernel_real, kernel_shape),
+        ops.reshape(dense.kernel_imag, kernel_shape),
+        in_axis=in_axis,
+    )
+    outputs = ops.einsum(equation, inputs, kernel)
+    if dense.use_bias:
+        bias = ops.concatenate(
+            [
+                ops.reshape(dense.bias_real, bias_shape),
+                ops.reshape(dense.bias_imag, bias_shape),
+            ],
+            axis=-1,
+        )
+        outputs = outputs + bias
+    return outputs
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -172,12 +196,15 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         self.output_dim = output_dim
         self.scale = float(scale) if scale is not None else key_dim**-0.5
         self._scale_arg = scale
-        self.kernel_initializer = cinit.get(kernel_initializer)
-        self.bias_initializer = cinit.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
+        set_weight_options(
+            self,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+        )
         self.seed = seed
         self.seed_generator = (
             keras.random.SeedGenerator(seed) if self.dropout > 0 else None
@@ -376,39 +403,18 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         that one einsum gives the per-head layout with no transpose of the
         activations.
         """
-        shape = (dense.kernel_real.shape[0], self.num_heads, head_dim)
-        kernel = cx.block_kernel(
-            ops.reshape(dense.kernel_real, shape),
-            ops.reshape(dense.kernel_imag, shape),
+        heads = (self.num_heads, head_dim)
+        return _block_einsum(
+            dense, inputs, "bld,dnh->blnh", (-1,) + heads, 0, heads
         )
-        outputs = ops.einsum("bld,dnh->blnh", inputs, kernel)
-        if dense.use_bias:
-            heads = (self.num_heads, head_dim)
-            outputs = outputs + ops.concatenate(
-                [
-                    ops.reshape(dense.bias_real, heads),
-                    ops.reshape(dense.bias_imag, heads),
-                ],
-                axis=-1,
-            )
-        return outputs
 
     def _project_from_heads(self, inputs):
         """`(B, T, N, 2V)` -> `(B, T, 2 output_dim)` by `output_dense`,
         its block kernel assembled per head as `(N, 2V, 2O)`."""
-        dense = self.output_dense
-        shape = (self.num_heads, self.value_dim, dense.units)
-        kernel = cx.block_kernel(
-            ops.reshape(dense.kernel_real, shape),
-            ops.reshape(dense.kernel_imag, shape),
-            in_axis=1,
+        kernel_shape = (self.num_heads, self.value_dim, -1)
+        return _block_einsum(
+            self.output_dense, inputs, "btnh,nho->bto", kernel_shape, 1, (-1,)
         )
-        outputs = ops.einsum("btnh,nho->bto", inputs, kernel)
-        if dense.use_bias:
-            outputs = outputs + ops.concatenate(
-                [dense.bias_real, dense.bias_imag], axis=0
-            )
-        return outputs
 
     # ------------------------------------------------------------------
     # Call.
@@ -492,24 +498,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "output_dim": self.output_dim,
                 "scale": self._scale_arg,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(
-                    self.bias_regularizer
-                ),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(
-                    self.bias_constraint
-                ),
+                **weight_options_config(self),
                 "seed": self.seed,
             }
         )

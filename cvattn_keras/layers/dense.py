@@ -5,6 +5,8 @@ from keras import ops
 
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
+from cvattn_keras.layers._weights import set_weight_options
+from cvattn_keras.layers._weights import weight_options_config
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -70,12 +72,15 @@ class ComplexDense(keras.layers.Layer):
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.units = units
         self.use_bias = bool(use_bias)
-        self.kernel_initializer = cinit.get(kernel_initializer)
-        self.bias_initializer = cinit.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
+        set_weight_options(
+            self,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+        )
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     def build(self, input_shape):
@@ -143,24 +148,7 @@ class ComplexDense(keras.layers.Layer):
             {
                 "units": self.units,
                 "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(
-                    self.bias_regularizer
-                ),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(
-                    self.bias_constraint
-                ),
+                **weight_options_config(self),
             }
         )
         return config

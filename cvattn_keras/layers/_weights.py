@@ -1,0 +1,43 @@
+"""The six weight options shared by the layers, resolved and serialized."""
+
+import keras
+
+from cvattn_keras import initializers as cinit
+
+WEIGHT_OPTIONS = (
+    "kernel_initializer",
+    "bias_initializer",
+    "kernel_regularizer",
+    "bias_regularizer",
+    "kernel_constraint",
+    "bias_constraint",
+)
+_GET = {
+    "initializer": cinit.get,
+    "regularizer": keras.regularizers.get,
+    "constraint": keras.constraints.get,
+}
+_SERIALIZE = {
+    "initializer": keras.initializers.serialize,
+    "regularizer": keras.regularizers.serialize,
+    "constraint": keras.constraints.serialize,
+}
+
+
+def _kind(name):
+    return name.split("_", 1)[1]
+
+
+def set_weight_options(layer, **options):
+    """Resolves each of `WEIGHT_OPTIONS` (identifier, config or instance)
+    and sets it as an attribute of `layer`."""
+    for name in WEIGHT_OPTIONS:
+        setattr(layer, name, _GET[_kind(name)](options[name]))
+
+
+def weight_options_config(layer):
+    """The serialized `WEIGHT_OPTIONS` of `layer`, for `get_config`."""
+    return {
+        name: _SERIALIZE[_kind(name)](getattr(layer, name))
+        for name in WEIGHT_OPTIONS
+    }
