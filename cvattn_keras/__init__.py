@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 
 from cvattn_keras import attention
 from cvattn_keras import complex
+from cvattn_keras import export
 from cvattn_keras import initializers
 from cvattn_keras import layers
 from cvattn_keras.complex import from_stacked
@@ -18,6 +19,7 @@ from cvattn_keras.complex import to_stacked
 __all__ = [
     "attention",
     "complex",
+    "export",
     "from_stacked",
     "initializers",
     "layers",

@@ -37,6 +37,9 @@ exactly 0 (in both softmaxes for "naive"); a query row with no key left gets
 all-zero weights and a zero output, with finite gradients.
 """
 
+import contextlib
+import contextvars
+
 from keras import ops
 from keras import random
 
@@ -51,6 +54,7 @@ __all__ = [
     "complex_scores",
     "expand_mask",
     "parse_variant",
+    "portable_masking",
     "resolve_product",
     "resolve_softmax",
 ]
@@ -78,9 +82,10 @@ _PRODUCT_ALIASES = {
 # Real-valued weights: these variants need neither Im A in the softmax nor
 # the doubled value matmul.
 _REAL_WEIGHTS = ("real", "absonly")
-# Large enough that exp() underflows to exactly 0 after the max is
-# subtracted, small enough that no float32 arithmetic on it overflows.
-_MASKED_LOGIT = -1e30
+# Whether masked CAtt may use `keras.ops.dot_product_attention`, whose
+# masking fills scores with constants near the float32 limit; the exporter
+# turns it off (see `portable_masking`).
+_FUSED_WITH_MASK = contextvars.ContextVar("fused_with_mask", default=True)
 
 
 def resolve_softmax(name):
@@ -150,6 +155,24 @@ def parse_variant(name):
     return resolve_softmax(name[:-2]), resolve_product(name[-2:])
 
 
+@contextlib.contextmanager
+def portable_masking():
+    """Within this context, masked CAtt takes the general path instead of
+    `keras.ops.dot_product_attention`.
+
+    The two compute the same weights, but the fused kernel masks by filling
+    scores with `-0.7 * float32 max`, which float16 turns into -inf (NaN on
+    fully masked rows) and which swamps the calibrated range of int8
+    quantization. The general path keeps every tensor in the data's range.
+    `cvattn_keras.export` traces models under this context.
+    """
+    token = _FUSED_WITH_MASK.set(False)
+    try:
+        yield
+    finally:
+        _FUSED_WITH_MASK.reset(token)
+
+
 def expand_mask(mask):
     """A mask of rank 2 `(T, S)`, 3 `(B, T, S)` or 4 `(B, N, T, S)` ->
     boolean, rank 4, broadcastable to `(B, N, T, S)`; `None` stays `None`."""
@@ -195,12 +218,21 @@ def complex_scores(query, key, product="inner", scale=1.0, real_only=False):
 
 def _masked_softmax(logits, mask):
     """Softmax over the last axis with masked entries exactly 0, and rows
-    with nothing to attend all 0 (instead of uniform or NaN)."""
+    with nothing to attend all 0 (instead of uniform or NaN).
+
+    No constant outside the data's range appears (no -1e30 or -inf fill):
+    float16 would turn one into -inf, and int8 quantization calibrates each
+    tensor's range, which a huge fill would swamp.
+    """
     if mask is None:
         return ops.softmax(logits, axis=-1)
-    masked_logit = ops.cast(_MASKED_LOGIT, logits.dtype)
-    weights = ops.softmax(ops.where(mask, logits, masked_logit), axis=-1)
-    return weights * ops.cast(mask, weights.dtype)
+    # Shift by the largest attended logit (a row with none gets its min).
+    row_min = ops.min(logits, axis=-1, keepdims=True)
+    row_max = ops.max(ops.where(mask, logits, row_min), axis=-1, keepdims=True)
+    shifted = ops.where(mask, logits - ops.stop_gradient(row_max), 0.0)
+    exp = ops.exp(shifted) * ops.cast(mask, logits.dtype)  # masked: 0
+    total = ops.sum(exp, axis=-1, keepdims=True)  # >= 1 if any attended
+    return exp / ops.where(total > 0, total, ops.ones_like(total))
 
 
 def attention_weights(scores, softmax="real", mask=None):
@@ -317,6 +349,7 @@ def complex_dot_product_attention(
         and product == "inner"
         and not return_weights
         and not dropout
+        and (mask is None or _FUSED_WITH_MASK.get())
     ):
         # CAtt is a real attention of width 2H: use the fused kernel.
         outputs = ops.dot_product_attention(

@@ -277,12 +277,14 @@ def modulus_and_sign(x):
     nonzero = squared > 0
     # Where z = 0, take the root of 1 instead: the branch that `where`
     # discards must have a finite value and gradient too, or its NaN leaks
-    # into the gradient.
+    # into the gradient. Dividing re and im by the root (rather than
+    # multiplying by 1/|z|) keeps every intermediate within [-1, 1] or the
+    # data's range, which int8 quantization needs.
     root = ops.sqrt(ops.where(nonzero, squared, ops.ones_like(squared)))
     zeros = ops.zeros_like(squared)
     magnitude = ops.where(nonzero, root, zeros)
-    inverse = ops.where(nonzero, 1.0 / root, zeros)
-    return magnitude, ops.concatenate([re * inverse, im * inverse], axis=-1)
+    phase = [ops.where(nonzero, part / root, zeros) for part in (re, im)]
+    return magnitude, ops.concatenate(phase, axis=-1)
 
 
 def modulus(x):

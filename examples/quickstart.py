@@ -13,6 +13,7 @@ the noisy input, and checks the trained attention layer's output against a
 complex128 NumPy computation of the same formula.
 
 Run:  python examples/quickstart.py [--epochs 12] [--softmax real]
+      [--save quickstart.keras]
 """
 
 import argparse
@@ -97,6 +98,7 @@ def main():
     parser.add_argument("--product", default="inner")
     parser.add_argument("--noise", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--save", default=None, help="save the model (.keras)")
     args = parser.parse_args()
 
     keras.utils.set_random_seed(args.seed)
@@ -141,6 +143,10 @@ def main():
     )
     if not error < 1e-4:
         raise SystemExit("attention output does not match NumPy")
+    if args.save:
+        model.save(args.save)
+        print(f"saved {args.save}; export it with: python -m "
+              f"cvattn_keras.export {args.save} model.tflite --verify")
 
 
 if __name__ == "__main__":
