@@ -8,6 +8,7 @@ use mixed precision and convert to TFLite with builtin ops.
 
 __version__ = "0.1.0"
 
+from cvattn_keras import activations
 from cvattn_keras import attention
 from cvattn_keras import complex
 from cvattn_keras import export
@@ -17,6 +18,7 @@ from cvattn_keras.complex import from_stacked
 from cvattn_keras.complex import to_stacked
 
 __all__ = [
+    "activations",
     "attention",
     "complex",
     "export",

@@ -1,8 +1,39 @@
-"""Initializers for the real and imaginary parts of complex weights."""
+"""Initializers for the real and imaginary parts of complex weights.
+
+Each initializer here draws one part (real or imaginary) of a complex kernel;
+the layers call it once per part, with independent draws. The complex
+variance `E|W|^2` is the sum of the two parts' variances, and fans count
+complex features:
+
+| name                     | per part                 | E abs(W)^2           |
+| ------------------------ | ------------------------ | ------------------ |
+| complex_glorot_uniform   | U, var 1 / (fi + fo)     | 2 / (fi + fo)      |
+| complex_glorot_normal    | truncated N, same var    | 2 / (fi + fo)      |
+| complex_he_uniform       | U, var 1 / fi            | 2 / fi             |
+| complex_he_normal        | truncated N, same var    | 2 / fi             |
+| complex_rayleigh         | r cos(t), r ~ Rayleigh(s), t ~ U(-pi, pi) | 2 s^2 |
+
+`complex_rayleigh` is Trabelsi et al.'s: modulus Rayleigh with
+`s = 1 / sqrt(fi + fo)` ("glorot") or `1 / sqrt(fi)` ("he"), uniform
+phase. Drawing each part as `r cos(t)` from its own `(r, t)` gives
+independent N(0, s^2) parts, which is exactly a Rayleigh modulus with a
+uniform phase for the complex weight. (The Deep Complex Networks code
+omits the square root in `s`.)
+"""
+
+import math
 
 import keras
 
-__all__ = ["ComplexGlorotUniform", "get", "clone"]
+__all__ = [
+    "ComplexGlorotNormal",
+    "ComplexGlorotUniform",
+    "ComplexHeNormal",
+    "ComplexHeUniform",
+    "ComplexRayleigh",
+    "clone",
+    "get",
+]
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -30,7 +61,112 @@ class ComplexGlorotUniform(keras.initializers.VarianceScaling):
         return {"seed": self._init_seed}
 
 
-_ALIASES = {"complex_glorot_uniform": ComplexGlorotUniform}
+def _variance_scaling(name, scale, mode, distribution, doc):
+    """A registered VarianceScaling subclass with fixed arguments."""
+
+    def __init__(self, seed=None):
+        keras.initializers.VarianceScaling.__init__(
+            self, scale=scale, mode=mode, distribution=distribution, seed=seed
+        )
+
+    def get_config(self):
+        return {"seed": self._init_seed}
+
+    cls = type(
+        name,
+        (keras.initializers.VarianceScaling,),
+        {
+            "__init__": __init__,
+            "get_config": get_config,
+            "__doc__": doc,
+            "__module__": __name__,
+        },
+    )
+    return keras.saving.register_keras_serializable(package="cvattn_keras")(cls)
+
+
+ComplexGlorotNormal = _variance_scaling(
+    "ComplexGlorotNormal",
+    0.5,
+    "fan_avg",
+    "truncated_normal",
+    "Glorot (truncated) normal for one part of a complex kernel: "
+    "E|W|^2 = 2 / (fan_in + fan_out).",
+)
+ComplexHeUniform = _variance_scaling(
+    "ComplexHeUniform",
+    1.0,
+    "fan_in",
+    "uniform",
+    "He uniform for one part of a complex kernel: E|W|^2 = 2 / fan_in.",
+)
+ComplexHeNormal = _variance_scaling(
+    "ComplexHeNormal",
+    1.0,
+    "fan_in",
+    "truncated_normal",
+    "He (truncated) normal for one part of a complex kernel: "
+    "E|W|^2 = 2 / fan_in.",
+)
+
+
+def _fans(shape):
+    """`(fan_in, fan_out)` of a kernel `(..., in, out)`: the leading axes
+    (a convolution's window) multiply both."""
+    if len(shape) < 2:
+        size = shape[0] if shape else 1
+        return size, size
+    receptive = math.prod(shape[:-2])
+    return shape[-2] * receptive, shape[-1] * receptive
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class ComplexRayleigh(keras.initializers.Initializer):
+    """One part of a complex kernel with a Rayleigh modulus and a uniform
+    phase (Trabelsi et al., "Deep Complex Networks", 2018, §3.6).
+
+    Returns `r cos(t)` with `r ~ Rayleigh(s)`, `t ~ U(-pi, pi)`, and
+    `s = 1 / sqrt(fan_in + fan_out)` (`criterion="glorot"`) or
+    `1 / sqrt(fan_in)` (`"he"`), so `E|W|^2 = 2 s^2` over both parts.
+
+    Args:
+        criterion: `"glorot"` (default) or `"he"`.
+        seed: int or None.
+    """
+
+    def __init__(self, criterion="glorot", seed=None):
+        if criterion not in ("glorot", "he"):
+            raise ValueError(
+                "`criterion` must be 'glorot' or 'he'. "
+                f"Received: criterion={criterion!r}"
+            )
+        self.criterion = criterion
+        self.seed = seed
+        self._generator = keras.random.SeedGenerator(seed)
+
+    def __call__(self, shape, dtype=None):
+        fan_in, fan_out = _fans(tuple(shape))
+        fans = fan_in + fan_out if self.criterion == "glorot" else fan_in
+        sigma = 1.0 / math.sqrt(fans)
+        # Inverse CDF of the Rayleigh distribution; 1 - u avoids log(0).
+        u = keras.random.uniform(shape, seed=self._generator, dtype=dtype)
+        modulus = sigma * keras.ops.sqrt(-2.0 * keras.ops.log(1.0 - u))
+        phase = keras.random.uniform(
+            shape, -math.pi, math.pi, seed=self._generator, dtype=dtype
+        )
+        return modulus * keras.ops.cos(phase)
+
+    def get_config(self):
+        return {"criterion": self.criterion, "seed": self.seed}
+
+
+_ALIASES = {
+    "complex_glorot_uniform": ComplexGlorotUniform,
+    "complex_glorot_normal": ComplexGlorotNormal,
+    "complex_he_uniform": ComplexHeUniform,
+    "complex_he_normal": ComplexHeNormal,
+    "complex_rayleigh": ComplexRayleigh,
+}
 
 
 def get(identifier):

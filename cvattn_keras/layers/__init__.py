@@ -1,6 +1,31 @@
 """Keras layers on stacked complex tensors ([real | imag] on the last axis)."""
 
+from cvattn_keras.layers.activations import ComplexActivation
+from cvattn_keras.layers.activations import ModReLU
 from cvattn_keras.layers.attention import ComplexMultiHeadAttention
+from cvattn_keras.layers.convolution import ComplexConv1D
 from cvattn_keras.layers.dense import ComplexDense
+from cvattn_keras.layers.dropout import ComplexDropout
+from cvattn_keras.layers.embeddings import ComplexRotaryEmbedding
+from cvattn_keras.layers.embeddings import SinusoidalPositionalEncoding
+from cvattn_keras.layers.normalization import ComplexBatchNormalization
+from cvattn_keras.layers.normalization import ComplexLayerNormalization
+from cvattn_keras.layers.normalization import ComplexRMSNormalization
+from cvattn_keras.layers.transformer import ComplexTransformerDecoder
+from cvattn_keras.layers.transformer import ComplexTransformerEncoder
 
-__all__ = ["ComplexDense", "ComplexMultiHeadAttention"]
+__all__ = [
+    "ComplexActivation",
+    "ComplexBatchNormalization",
+    "ComplexConv1D",
+    "ComplexDense",
+    "ComplexDropout",
+    "ComplexLayerNormalization",
+    "ComplexMultiHeadAttention",
+    "ComplexRMSNormalization",
+    "ComplexRotaryEmbedding",
+    "ComplexTransformerDecoder",
+    "ComplexTransformerEncoder",
+    "ModReLU",
+    "SinusoidalPositionalEncoding",
+]

@@ -41,3 +41,24 @@ def weight_options_config(layer):
         name: _SERIALIZE[_kind(name)](getattr(layer, name))
         for name in WEIGHT_OPTIONS
     }
+
+
+def add_complex_weights(layer, kernel_shape, bias_shape):
+    """Creates `kernel_real`, `kernel_imag` and, if `layer.use_bias`,
+    `bias_real`, `bias_imag` (else `None`) on `layer`, in that order (the
+    order of `get_weights`), each part with its own clone of the initializer
+    so the parts are drawn independently."""
+    for kind, shape in (("kernel", kernel_shape), ("bias", bias_shape)):
+        for offset, part in enumerate(("real", "imag")):
+            weight = None
+            if kind == "kernel" or layer.use_bias:
+                weight = layer.add_weight(
+                    name=f"{kind}_{part}",
+                    shape=shape,
+                    initializer=cinit.clone(
+                        getattr(layer, f"{kind}_initializer"), offset
+                    ),
+                    regularizer=getattr(layer, f"{kind}_regularizer"),
+                    constraint=getattr(layer, f"{kind}_constraint"),
+                )
+            setattr(layer, f"{kind}_{part}", weight)

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from cvattn_keras import complex as cx
-from cvattn_keras import initializers as cinit
+from cvattn_keras.layers._weights import add_complex_weights
 from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
 
@@ -97,29 +97,7 @@ class ComplexDense(keras.layers.Layer):
             )
         cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
         in_features = input_shape[-1] // 2
-        self.kernel_real, self.kernel_imag = (
-            self.add_weight(
-                name=f"kernel_{part}",
-                shape=(in_features, self.units),
-                initializer=cinit.clone(self.kernel_initializer, offset),
-                regularizer=self.kernel_regularizer,
-                constraint=self.kernel_constraint,
-            )
-            for offset, part in enumerate(("real", "imag"))
-        )
-        if self.use_bias:
-            self.bias_real, self.bias_imag = (
-                self.add_weight(
-                    name=f"bias_{part}",
-                    shape=(self.units,),
-                    initializer=cinit.clone(self.bias_initializer, offset),
-                    regularizer=self.bias_regularizer,
-                    constraint=self.bias_constraint,
-                )
-                for offset, part in enumerate(("real", "imag"))
-            )
-        else:
-            self.bias_real = self.bias_imag = None
+        add_complex_weights(self, (in_features, self.units), (self.units,))
         self.input_spec = keras.layers.InputSpec(
             min_ndim=2, axes={-1: 2 * in_features}
         )

@@ -1,0 +1,92 @@
+"""Complex activation layers (see `cvattn_keras.activations`)."""
+
+import keras
+from keras import ops
+
+from cvattn_keras import activations
+from cvattn_keras import complex as cx
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class ComplexActivation(keras.layers.Layer):
+    """Applies a parameter-free complex activation to a stacked tensor.
+
+    Args:
+        activation: `"split_leaky_relu"` (the reference's "CReLU"),
+            `"crelu"`, `"zrelu"` or `"cardioid"`.
+        **kwargs: base `Layer` arguments.
+
+    Example:
+
+    >>> x = cvattn_keras.to_stacked([[-1 - 2j]])
+    >>> y = ComplexActivation("split_leaky_relu")(x)
+    >>> [round(float(v), 4) for v in y[0]]
+    [-0.01, -0.02]
+    """
+
+    def __init__(self, activation, **kwargs):
+        if not isinstance(activation, str):
+            raise ValueError(
+                "`activation` must be the name of a complex activation. "
+                f"Received: activation={activation!r}"
+            )
+        self.fn = activations.get(activation)
+        super().__init__(**kwargs)
+        self.supports_masking = True
+        self.activation = activation.lower()
+
+    def build(self, input_shape):
+        cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
+
+    def call(self, inputs):
+        return self.fn(inputs)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "activation": self.activation}
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class ModReLU(keras.layers.Layer):
+    """modReLU: `ReLU(|z| + b) * z / |z|` with a learnable real bias per
+    complex feature (Arjovsky et al., "Unitary Evolution Recurrent Neural
+    Networks", 2016).
+
+    Args:
+        bias_initializer: initializer of `bias` `(E,)`. Defaults to
+            `"zeros"` (the identity on every z).
+        **kwargs: base `Layer` arguments.
+    """
+
+    def __init__(self, bias_initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def build(self, input_shape):
+        size = input_shape[-1]
+        if size is None:
+            raise ValueError(
+                "The last axis of the input to ModReLU must be known. "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
+        cx.check_even(size, "input_shape[-1]", input_shape)
+        self.bias = self.add_weight(
+            name="bias", shape=(size // 2,), initializer=self.bias_initializer
+        )
+
+    def call(self, inputs):
+        return activations.modrelu(inputs, ops.cast(self.bias, inputs.dtype))
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "bias_initializer": keras.initializers.serialize(
+                self.bias_initializer
+            ),
+        }

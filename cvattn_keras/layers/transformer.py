@@ -1,0 +1,466 @@
+"""Complex transformer encoder and decoder layers (Eilers & Jiang, 2023)."""
+
+import keras
+
+from cvattn_keras import activations
+from cvattn_keras import attention as core
+from cvattn_keras import initializers as cinit
+from cvattn_keras.layers.activations import ComplexActivation
+from cvattn_keras.layers.activations import ModReLU
+from cvattn_keras.layers.attention import ComplexMultiHeadAttention
+from cvattn_keras.layers.dense import ComplexDense
+from cvattn_keras.layers.dropout import ComplexDropout
+from cvattn_keras.layers.normalization import ComplexLayerNormalization
+from cvattn_keras.layers.normalization import ComplexRMSNormalization
+from cvattn_keras.layers.normalization import _features
+
+NORMALIZATIONS = ("whitening", "naive", "rms")
+
+
+class _ComplexTransformerBlock(keras.layers.Layer):
+    """What the encoder and the decoder share: arguments, residual
+    sublayers with post- or pre-norm, and the feed-forward network."""
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim=None,
+        key_dim=None,
+        softmax="real",
+        product="inner",
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation="split_leaky_relu",
+        norm_first=False,
+        normalization="whitening",
+        layer_norm_epsilon=1e-5,
+        kernel_initializer="complex_glorot_uniform",
+        bias_initializer="zeros",
+        seed=None,
+        **kwargs,
+    ):
+        for name, value in (
+            ("num_heads", num_heads),
+            ("intermediate_dim", intermediate_dim),
+            ("key_dim", key_dim),
+        ):
+            if value is None and name != "num_heads":
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or (value < 1)
+            ):
+                raise ValueError(
+                    f"`{name}` must be a positive integer. "
+                    f"Received: {name}={value!r}"
+                )
+        for name, rate in (
+            ("dropout", dropout),
+            ("attention_dropout", attention_dropout),
+        ):
+            if (
+                isinstance(rate, bool)
+                or not isinstance(rate, (int, float))
+                or not 0 <= rate < 1
+            ):
+                raise ValueError(
+                    f"`{name}` must be a float in [0, 1). "
+                    f"Received: {name}={rate!r}"
+                )
+        if activation != "modrelu":
+            activations.get(activation)  # raises for unknown names
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(
+                f"`normalization` must be one of {list(NORMALIZATIONS)}. "
+                f"Received: normalization={normalization!r}"
+            )
+        if (
+            isinstance(layer_norm_epsilon, bool)
+            or not isinstance(layer_norm_epsilon, (int, float))
+            or not layer_norm_epsilon > 0
+        ):
+            raise ValueError(
+                "`layer_norm_epsilon` must be positive. "
+                f"Received: layer_norm_epsilon={layer_norm_epsilon!r}"
+            )
+        super().__init__(**kwargs)
+        self.supports_masking = True
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.key_dim = key_dim
+        self.softmax = core.resolve_softmax(softmax)
+        self.product = core.resolve_product(product)
+        self.dropout = float(dropout)
+        self.attention_dropout = float(attention_dropout)
+        self.activation = activation
+        self.norm_first = bool(norm_first)
+        self.normalization = normalization
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.kernel_initializer = cinit.get(kernel_initializer)
+        self.bias_initializer = cinit.get(bias_initializer)
+        self.seed = seed
+
+    def _features(self, shape):
+        features = _features(shape, type(self).__name__)
+        if self.key_dim is None and features % self.num_heads:
+            raise ValueError(
+                f"Without `key_dim`, the {features} complex features must "
+                f"divide among num_heads={self.num_heads}; pass `key_dim`."
+            )
+        return features
+
+    def _common(self, name):
+        return dict(
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _attention(self, features, name):
+        return ComplexMultiHeadAttention(
+            self.num_heads,
+            self.key_dim or features // self.num_heads,
+            softmax=self.softmax,
+            product=self.product,
+            dropout=self.attention_dropout,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            seed=self.seed,
+            **self._common(name),
+        )
+
+    def _norm(self, name):
+        if self.normalization == "rms":
+            return ComplexRMSNormalization(
+                self.layer_norm_epsilon, **self._common(name)
+            )
+        return ComplexLayerNormalization(
+            self.layer_norm_epsilon,
+            method=self.normalization,
+            **self._common(name),
+        )
+
+    def _build_feedforward(self, shape, features):
+        width = self.intermediate_dim or features
+        self.feedforward_in = ComplexDense(
+            width,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            **self._common("feedforward_in"),
+        )
+        if self.activation == "modrelu":
+            self.feedforward_activation = ModReLU(
+                **self._common("feedforward_activation")
+            )
+        else:
+            self.feedforward_activation = ComplexActivation(
+                self.activation, **self._common("feedforward_activation")
+            )
+        self.feedforward_dropout = ComplexDropout(
+            self.dropout, seed=self.seed, **self._common("feedforward_dropout")
+        )
+        self.feedforward_out = ComplexDense(
+            features,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            **self._common("feedforward_out"),
+        )
+        self.feedforward_norm = self._norm("feedforward_norm")
+        inner = tuple(shape)[:-1] + (2 * width,)
+        self.feedforward_in.build(shape)
+        self.feedforward_activation.build(inner)
+        self.feedforward_dropout.build(inner)
+        self.feedforward_out.build(inner)
+        self.feedforward_norm.build(shape)
+
+    def _residual(self, x, norm, sublayer):
+        """`norm(x + sublayer(x))` (post-norm, the reference) or
+        `x + sublayer(norm(x))` (pre-norm). `sublayer` may return
+        `(output, scores)`; the scores are passed through."""
+        result = sublayer(norm(x) if self.norm_first else x)
+        output, scores = result if isinstance(result, tuple) else (result, None)
+        x = x + output
+        return (x if self.norm_first else norm(x)), scores
+
+    def _feedforward(self, x, training):
+        x = self.feedforward_activation(self.feedforward_in(x))
+        x = self.feedforward_dropout(x, training=training)
+        return self.feedforward_out(x)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "key_dim": self.key_dim,
+            "softmax": self.softmax,
+            "product": self.product,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "activation": self.activation,
+            "norm_first": self.norm_first,
+            "normalization": self.normalization,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "kernel_initializer": keras.initializers.serialize(
+                self.kernel_initializer
+            ),
+            "bias_initializer": keras.initializers.serialize(
+                self.bias_initializer
+            ),
+            "seed": self.seed,
+        }
+
+
+_BLOCK_ARGS = """
+    Args:
+        num_heads: positive int, attention heads.
+        intermediate_dim: complex width of the feed-forward network.
+            Defaults to E, the input's (the reference: E -> E -> E).
+        key_dim: complex width of each head. Defaults to `E // num_heads`.
+        softmax, product: the attention variant (see
+            `ComplexMultiHeadAttention`). Default `"real"`, `"inner"`.
+        dropout: dropout rate after the feed-forward activation (one mask
+            per complex feature). Defaults to 0.
+        attention_dropout: dropout rate on the attention weights. Defaults
+            to 0 (the reference's MusicNet models use 0.1).
+        activation: the feed-forward activation: a name from
+            `cvattn_keras.activations` or `"modrelu"`. Defaults to
+            `"split_leaky_relu"`, the reference's "CReLU".
+        norm_first: pre-norm (`x + f(norm(x))`) if `True`; the reference is
+            post-norm (`norm(x + f(x))`, default).
+        normalization: `"whitening"` (the paper's, default), `"naive"` or
+            `"rms"`.
+        layer_norm_epsilon: epsilon of the normalizations. Default `1e-5`.
+        kernel_initializer, bias_initializer: of every projection.
+        seed: int or None, for the dropouts.
+        **kwargs: base `Layer` arguments.
+"""
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class ComplexTransformerEncoder(_ComplexTransformerBlock):
+    __doc__ = (
+        """A complex transformer encoder layer on stacked `(B, T, 2E)`.
+
+    The reference structure (post-norm): `x = LN(x + MHA(x, x, x))`, then
+    `x = LN(x + Lin(Drop(act(Lin(x)))))`, with no dropout on the residual
+    branches and no final norm.
+"""
+        + _BLOCK_ARGS
+        + """
+    Call arguments:
+        inputs: `(B, T, 2E)`.
+        padding_mask: optional boolean `(B, T)`, `True` for real tokens.
+            Keras masks on `inputs` (`Masking`, `mask_zero=True`) are used
+            when it is not given.
+        attention_mask: optional boolean `(B, T, T)`, `True` = attend.
+        use_causal_mask: causal self-attention. Defaults to `False`.
+        return_attention_scores: also return the attention weights
+            `(B, num_heads, T, 2T)`.
+        training: whether dropout is active.
+"""
+    )
+
+    def build(self, inputs_shape):
+        features = self._features(inputs_shape)
+        self.self_attention = self._attention(features, "self_attention")
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_norm.build(inputs_shape)
+        self._build_feedforward(inputs_shape, features)
+
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        masks = {}
+        if padding_mask is not None:
+            masks = dict(query_mask=padding_mask, value_mask=padding_mask)
+
+        def attend(x):
+            return self.self_attention(
+                x,
+                x,
+                attention_mask=attention_mask,
+                use_causal_mask=use_causal_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+                **masks,
+            )
+
+        x, scores = self._residual(inputs, self.self_attention_norm, attend)
+        x, _ = self._residual(
+            x,
+            self.feedforward_norm,
+            lambda h: self._feedforward(h, training),
+        )
+        return (x, scores) if return_attention_scores else x
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape)
+
+    def compute_output_spec(
+        self, inputs, return_attention_scores=False, **kwargs
+    ):
+        output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        batch, length = inputs.shape[0], inputs.shape[1]
+        scores_shape = (
+            batch,
+            self.num_heads,
+            length,
+            None if length is None else 2 * length,
+        )
+        return output, keras.KerasTensor(scores_shape, self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class ComplexTransformerDecoder(_ComplexTransformerBlock):
+    __doc__ = (
+        """A complex transformer decoder layer on stacked tensors.
+
+    The reference structure (post-norm): causal self-attention, then
+    cross-attention to the encoder's output, then the feed-forward network,
+    each in a residual branch followed by a LayerNorm. Without
+    `encoder_sequence` (at build and call) there is no cross-attention: a
+    decoder-only block.
+"""
+        + _BLOCK_ARGS
+        + """
+    Call arguments:
+        decoder_sequence: `(B, T, 2E)`.
+        encoder_sequence: optional `(B, S, 2Ee)`.
+        decoder_padding_mask, encoder_padding_mask: optional boolean
+            `(B, T)` / `(B, S)`, `True` for real tokens; Keras masks on the
+            inputs are used when they are not given.
+        self_attention_mask: optional boolean `(B, T, T)`.
+        cross_attention_mask: optional boolean `(B, T, S)`.
+        use_causal_mask: causal self-attention. Defaults to `True`.
+        return_attention_scores: also return the weights of the
+            self-attention `(B, N, T, 2T)` and of the cross-attention
+            `(B, N, T, 2S)` (or `None`), as a tuple.
+        training: whether dropout is active.
+"""
+    )
+
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        shape = decoder_sequence_shape
+        features = self._features(shape)
+        self.self_attention = self._attention(features, "self_attention")
+        self.self_attention.build(shape, shape)
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_norm.build(shape)
+        self.cross_attention = self.cross_attention_norm = None
+        if encoder_sequence_shape is not None:
+            self.cross_attention = self._attention(features, "cross_attention")
+            self.cross_attention.build(shape, encoder_sequence_shape)
+            self.cross_attention_norm = self._norm("cross_attention_norm")
+            self.cross_attention_norm.build(shape)
+        self._build_feedforward(shape, features)
+
+    def call(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        self_attention_mask=None,
+        cross_attention_mask=None,
+        use_causal_mask=True,
+        return_attention_scores=False,
+        training=None,
+    ):
+        if (encoder_sequence is None) != (self.cross_attention is None):
+            raise ValueError(
+                "The decoder was built "
+                + ("with" if self.cross_attention is not None else "without")
+                + " an `encoder_sequence` and must be called the same way."
+            )
+        query_masks = {}
+        if decoder_padding_mask is not None:
+            query_masks = dict(query_mask=decoder_padding_mask)
+        self_masks = dict(query_masks)
+        if decoder_padding_mask is not None:
+            self_masks["value_mask"] = decoder_padding_mask
+        options = dict(
+            return_attention_scores=return_attention_scores,
+            training=training,
+        )
+
+        def attend_self(x):
+            return self.self_attention(
+                x,
+                x,
+                attention_mask=self_attention_mask,
+                use_causal_mask=use_causal_mask,
+                **self_masks,
+                **options,
+            )
+
+        x, self_scores = self._residual(
+            decoder_sequence, self.self_attention_norm, attend_self
+        )
+        cross_scores = None
+        if encoder_sequence is not None:
+            cross_masks = dict(query_masks)
+            if encoder_padding_mask is not None:
+                cross_masks["value_mask"] = encoder_padding_mask
+
+            def attend_encoder(x):
+                return self.cross_attention(
+                    x,
+                    encoder_sequence,
+                    attention_mask=cross_attention_mask,
+                    **cross_masks,
+                    **options,
+                )
+
+            x, cross_scores = self._residual(
+                x, self.cross_attention_norm, attend_encoder
+            )
+        x, _ = self._residual(
+            x,
+            self.feedforward_norm,
+            lambda h: self._feedforward(h, training),
+        )
+        if return_attention_scores:
+            return x, (self_scores, cross_scores)
+        return x
+
+    def compute_output_shape(
+        self, decoder_sequence_shape, encoder_sequence_shape=None
+    ):
+        return tuple(decoder_sequence_shape)
+
+    def compute_output_spec(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        return_attention_scores=False,
+        **kwargs,
+    ):
+        shape = decoder_sequence.shape
+        output = keras.KerasTensor(shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return output
+
+        def scores(keys):
+            length = keys.shape[1]
+            return keras.KerasTensor(
+                (
+                    shape[0],
+                    self.num_heads,
+                    shape[1],
+                    None if length is None else 2 * length,
+                ),
+                self.compute_dtype,
+            )
+
+        cross = None if encoder_sequence is None else scores(encoder_sequence)
+        return output, (scores(decoder_sequence), cross)
