@@ -97,3 +97,57 @@ def random_complex(rng, shape, scale=1.0):
         * (rng.standard_normal(shape) + 1j * rng.standard_normal(shape))
         / np.sqrt(2)
     )
+
+
+# ----------------------------------------------------------------------
+# Building blocks.
+# ----------------------------------------------------------------------
+
+
+def _sym_power(m, power):
+    """m^power for stacks of symmetric positive definite 2x2 matrices, by
+    eigendecomposition (independent of the library's closed form)."""
+    values, vectors = np.linalg.eigh(m)
+    return (vectors * values[..., None, :] ** power) @ np.swapaxes(
+        vectors, -1, -2
+    )
+
+
+def whitening_layer_norm(z, w0, w1, w2, bias, epsilon, estimator="reference"):
+    """The paper's LayerNorm per token over the last axis of complex z.
+
+    Variances divide by E - 1 ('reference') or E ('biased'); the covariance
+    by E; epsilon is added to both variances."""
+    features = z.shape[-1]
+    x = z - z.mean(axis=-1, keepdims=True)
+    divisor = features - 1 if estimator == "reference" else features
+    v_rr = (x.real**2).sum(-1) / divisor + epsilon
+    v_ii = (x.imag**2).sum(-1) / divisor + epsilon
+    v_ri = (x.real * x.imag).mean(-1)
+    cov = np.stack([np.stack([v_rr, v_ri], -1), np.stack([v_ri, v_ii], -1)], -2)
+    white = _sym_power(cov, -0.5)[..., None, :, :]  # (..., 1, 2, 2)
+    rho = (2 / (1 + np.exp(-w2)) - 1) * np.abs(w0 * w1)
+    gamma = np.stack(
+        [np.stack([w0**2, rho], -1), np.stack([rho, w1**2], -1)], -2
+    )
+    scale = _sym_power(gamma, 0.5)  # (E, 2, 2)
+    vec = np.stack([x.real, x.imag], -1)[..., None]  # (..., E, 2, 1)
+    out = (scale @ (white @ vec))[..., 0]
+    return out[..., 0] + 1j * out[..., 1] + bias
+
+
+def naive_layer_norm(z, gamma_r, gamma_i, beta_r, beta_i, epsilon):
+    def norm(part):
+        centred = part - part.mean(-1, keepdims=True)
+        return centred / np.sqrt(part.var(-1, keepdims=True) + epsilon)
+
+    return (norm(z.real) * gamma_r + beta_r) + 1j * (
+        norm(z.imag) * gamma_i + beta_i
+    )
+
+
+def leaky_relu(z, slope=0.01):
+    def leaky(a):
+        return np.where(a >= 0, a, slope * a)
+
+    return leaky(z.real) + 1j * leaky(z.imag)

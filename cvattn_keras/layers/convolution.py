@@ -70,6 +70,12 @@ class ComplexConv1D(keras.layers.Layer):
                 "`padding` must be 'valid', 'same' or 'causal'. "
                 f"Received: padding={padding!r}"
             )
+        if self.strides > 1 and self.dilation_rate > 1:
+            # As keras.layers.Conv1D: TensorFlow's convolution cannot.
+            raise ValueError(
+                "`strides > 1` cannot be combined with `dilation_rate > 1`. "
+                f"Received: strides={strides}, dilation_rate={dilation_rate}"
+            )
         if padding == "causal" and self.strides != 1:
             raise ValueError(
                 "`padding='causal'` needs `strides=1`. "
