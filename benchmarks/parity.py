@@ -23,21 +23,6 @@ import cvattn_keras as cvk  # noqa: E402
 from cvattn_keras import attention as att  # noqa: E402
 
 
-def complex_params(layer):
-    return {
-        name: (
-            dense.kernel_real.numpy() + 1j * dense.kernel_imag.numpy(),
-            dense.bias_real.numpy() + 1j * dense.bias_imag.numpy(),
-        )
-        for name, dense in [
-            ("query", layer.query_dense),
-            ("key", layer.key_dense),
-            ("value", layer.value_dense),
-            ("output", layer.output_dense),
-        ]
-    }
-
-
 def worst_error(softmax, product, trials, rng):
     worst = 0.0
     for _ in range(trials):
@@ -61,7 +46,7 @@ def worst_error(softmax, product, trials, rng):
             query,
             value,
             value,
-            complex_params(layer),
+            ref.attention_params(layer),
             4,
             softmax,
             product,

@@ -151,3 +151,22 @@ def leaky_relu(z, slope=0.01):
         return np.where(a >= 0, a, slope * a)
 
     return leaky(z.real) + 1j * leaky(z.imag)
+
+
+def dense_params(dense):
+    """A ComplexDense's weights as complex128 (kernel, bias or None)."""
+    kernel = dense.kernel_real.numpy() + 1j * dense.kernel_imag.numpy()
+    bias = None
+    if dense.use_bias:
+        bias = dense.bias_real.numpy() + 1j * dense.bias_imag.numpy()
+    return kernel.astype(np.complex128), bias
+
+
+def attention_params(layer):
+    """A ComplexMultiHeadAttention's projections, for multi_head_attention."""
+    return {
+        "query": dense_params(layer.query_dense),
+        "key": dense_params(layer.key_dense),
+        "value": dense_params(layer.value_dense),
+        "output": dense_params(layer.output_dense),
+    }

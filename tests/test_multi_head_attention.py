@@ -18,22 +18,7 @@ VARIANTS = [(s, p) for s in att.SOFTMAX_VARIANTS for p in att.PRODUCTS]
 ATOL = 1e-5
 
 
-def _params(layer):
-    """The layer's projections as complex (kernel, bias) pairs."""
-
-    def pair(dense):
-        kernel = dense.kernel_real.numpy() + 1j * dense.kernel_imag.numpy()
-        bias = None
-        if dense.use_bias:
-            bias = dense.bias_real.numpy() + 1j * dense.bias_imag.numpy()
-        return kernel, bias
-
-    return {
-        "query": pair(layer.query_dense),
-        "key": pair(layer.key_dense),
-        "value": pair(layer.value_dense),
-        "output": pair(layer.output_dense),
-    }
+_params = ref.attention_params
 
 
 def _layer(softmax="real", product="inner", **kwargs):

@@ -337,8 +337,9 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
         decoder_sequence: `(B, T, 2E)`.
         encoder_sequence: optional `(B, S, 2Ee)`.
         decoder_padding_mask, encoder_padding_mask: optional boolean
-            `(B, T)` / `(B, S)`, `True` for real tokens; Keras masks on the
-            inputs are used when they are not given.
+            `(B, T)` / `(B, S)`, `True` for real tokens. The first masks the
+            self-attention, the second the keys of the cross-attention.
+            Keras masks on the inputs do the same when these are not given.
         self_attention_mask: optional boolean `(B, T, T)`.
         cross_attention_mask: optional boolean `(B, T, S)`.
         use_causal_mask: causal self-attention. Defaults to `True`.
@@ -382,12 +383,15 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
                 + ("with" if self.cross_attention is not None else "without")
                 + " an `encoder_sequence` and must be called the same way."
             )
-        query_masks = {}
+        # As Keras masks would: the decoder's padding masks its
+        # self-attention (queries and keys), the encoder's the keys of the
+        # cross-attention.
+        self_masks = {}
         if decoder_padding_mask is not None:
-            query_masks = dict(query_mask=decoder_padding_mask)
-        self_masks = dict(query_masks)
-        if decoder_padding_mask is not None:
-            self_masks["value_mask"] = decoder_padding_mask
+            self_masks = dict(
+                query_mask=decoder_padding_mask,
+                value_mask=decoder_padding_mask,
+            )
         options = dict(
             return_attention_scores=return_attention_scores,
             training=training,
@@ -408,7 +412,7 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
         )
         cross_scores = None
         if encoder_sequence is not None:
-            cross_masks = dict(query_masks)
+            cross_masks = {}
             if encoder_padding_mask is not None:
                 cross_masks["value_mask"] = encoder_padding_mask
 

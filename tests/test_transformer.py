@@ -1,0 +1,226 @@
+"""Tests of ComplexTransformerEncoder / Decoder against a composition of the
+reference formulas in NumPy complex128.
+
+Tolerance 1e-4 absolute: two or three whitening norms in a row amplify the
+float32 rounding of the attention (1e-6) by up to their gain."""
+
+import keras
+import numpy as np
+import numpy_reference as ref
+import pytest
+import tensorflow as tf
+
+import cvattn_keras as cvk
+from cvattn_keras.layers import ComplexTransformerDecoder
+from cvattn_keras.layers import ComplexTransformerEncoder
+
+ATOL = 1e-4
+
+
+def _norm(layer):
+    w0, w1, w2, b_r, b_i = [w.numpy().astype("float64") for w in layer.weights]
+    return lambda z: ref.whitening_layer_norm(
+        z, w0, w1, w2, b_r + 1j * b_i, 1e-5
+    )
+
+
+def _attention(layer, mask=None):
+    def attend(query, value):
+        out, _ = ref.multi_head_attention(
+            query,
+            value,
+            value,
+            ref.attention_params(layer),
+            layer.num_heads,
+            layer.softmax,
+            layer.product,
+            layer.key_dim**-0.5,
+            mask,
+        )
+        return out
+
+    return attend
+
+
+def _feedforward(block):
+    w_in, b_in = ref.dense_params(block.feedforward_in)
+    w_out, b_out = ref.dense_params(block.feedforward_out)
+    return lambda z: ref.leaky_relu(z @ w_in + b_in) @ w_out + b_out
+
+
+def _randomize(layer, rng):
+    """Non-trivial norm parameters and biases, so every term is tested."""
+    for weight in layer.weights:
+        if any(n in weight.path for n in ("w0", "w1", "w2", "bias")):
+            weight.assign(
+                0.3 * rng.standard_normal(weight.shape)
+                + (1.0 if weight.path.endswith(("w0", "w1")) else 0.0)
+            )
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("softmax", ["real", "abs"])
+def test_encoder_equals_the_reference_composition(rng, norm_first, softmax):
+    z = ref.random_complex(rng, (2, 5, 4))
+    layer = ComplexTransformerEncoder(
+        2, intermediate_dim=6, softmax=softmax, norm_first=norm_first
+    )
+    layer.build((None, 5, 8))
+    _randomize(layer, rng)
+    y = layer(cvk.to_stacked(z))
+    attend = _attention(layer.self_attention)
+    ln1, ln2 = _norm(layer.self_attention_norm), _norm(layer.feedforward_norm)
+    ff = _feedforward(layer)
+    if norm_first:
+        x = z + attend(ln1(z), ln1(z))
+        expected = x + ff(ln2(x))
+    else:  # the reference: post-norm
+        x = ln1(z + attend(z, z))
+        expected = ln2(x + ff(x))
+    np.testing.assert_allclose(
+        cvk.from_stacked(y, "complex128"), expected, atol=ATOL
+    )
+
+
+def test_decoder_equals_the_reference_composition(rng):
+    target = ref.random_complex(rng, (2, 4, 4))
+    memory = ref.random_complex(rng, (2, 6, 3))
+    layer = ComplexTransformerDecoder(2, softmax="naive", product="bilinear")
+    layer.build((None, 4, 8), (None, 6, 6))
+    _randomize(layer, rng)
+    y = layer(cvk.to_stacked(target), cvk.to_stacked(memory))
+    causal = np.tril(np.ones((4, 4), bool))[None]
+    self_attend = _attention(layer.self_attention, causal)
+    cross_attend = _attention(layer.cross_attention)
+    ln1, ln2, ln3 = (
+        _norm(layer.self_attention_norm),
+        _norm(layer.cross_attention_norm),
+        _norm(layer.feedforward_norm),
+    )
+    x = ln1(target + self_attend(target, target))
+    x = ln2(x + cross_attend(x, memory))
+    expected = ln3(x + _feedforward(layer)(x))
+    np.testing.assert_allclose(
+        cvk.from_stacked(y, "complex128"), expected, atol=ATOL
+    )
+
+
+def test_keras_masks_equal_explicit_padding_masks(rng):
+    z = ref.random_complex(rng, (3, 5, 4))
+    z[0, 3:] = 0
+    z[2, 1:] = 0
+    valid = np.any(z != 0, axis=-1)
+    x = cvk.to_stacked(z)
+    encoder = ComplexTransformerEncoder(2, softmax="absonly")
+    decoder = ComplexTransformerDecoder(2)
+    inputs = keras.Input((5, 8))
+    masked = keras.layers.Masking()(inputs)
+    hidden = encoder(masked)
+    model = keras.Model(inputs, decoder(masked, hidden))
+    implicit = model(x).numpy()
+    hidden = encoder(x, padding_mask=valid)
+    explicit = decoder(
+        x, hidden, decoder_padding_mask=valid, encoder_padding_mask=valid
+    ).numpy()
+    np.testing.assert_allclose(implicit, explicit, atol=1e-5)
+    # The padding matters: without it the outputs differ.
+    assert not np.allclose(decoder(x, encoder(x)).numpy(), explicit, atol=1e-3)
+
+
+def test_scores_and_output_shapes(rng):
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 5, 4)))
+    memory = cvk.to_stacked(ref.random_complex(rng, (2, 7, 3)))
+    y, scores = ComplexTransformerEncoder(2)(x, return_attention_scores=True)
+    assert tuple(y.shape) == (2, 5, 8) and tuple(scores.shape) == (2, 2, 5, 10)
+    decoder = ComplexTransformerDecoder(2, key_dim=3, intermediate_dim=16)
+    y, (self_scores, cross_scores) = decoder(
+        x, memory, return_attention_scores=True
+    )
+    assert tuple(self_scores.shape) == (2, 2, 5, 10)
+    assert tuple(cross_scores.shape) == (2, 2, 5, 14)
+    symbolic = ComplexTransformerDecoder(2)(
+        keras.Input((5, 8)), keras.Input((7, 6)), return_attention_scores=True
+    )
+    assert tuple(symbolic[1][1].shape) == (None, 2, 5, 14)
+    only = ComplexTransformerDecoder(2)
+    assert tuple(only(x).shape) == (2, 5, 8) and only.cross_attention is None
+    with pytest.raises(ValueError, match="built without"):
+        only(x, memory)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_heads=0), "num_heads=0"),
+        (dict(num_heads=2, key_dim=0), "key_dim=0"),
+        (dict(num_heads=2, intermediate_dim=2.5), "intermediate_dim=2.5"),
+        (dict(num_heads=2, dropout=1.0), "dropout=1.0"),
+        (dict(num_heads=2, attention_dropout=-1), "attention_dropout=-1"),
+        (dict(num_heads=2, activation="gelu"), "activation='gelu'"),
+        (dict(num_heads=2, normalization="batch"), "normalization='batch'"),
+        (dict(num_heads=2, softmax="soft"), "softmax='soft'"),
+        (dict(num_heads=2, layer_norm_epsilon=0), "layer_norm_epsilon=0"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    for cls in (ComplexTransformerEncoder, ComplexTransformerDecoder):
+        with pytest.raises(ValueError, match=match):
+            cls(**kwargs)
+
+
+def test_heads_must_divide_the_features_without_key_dim():
+    with pytest.raises(ValueError, match="num_heads=3"):
+        ComplexTransformerEncoder(3)(np.zeros((1, 2, 8), "float32"))
+    assert ComplexTransformerEncoder(3, key_dim=2)(
+        np.zeros((1, 2, 8), "float32")
+    ).shape == (1, 2, 8)
+
+
+@pytest.mark.parametrize("normalization", ["naive", "rms"])
+def test_other_normalizations_and_mixed_precision(rng, normalization):
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 3, 4)))
+    layer = ComplexTransformerEncoder(
+        2,
+        normalization=normalization,
+        activation="modrelu",
+        dtype="mixed_bfloat16",
+    )
+    y = layer(x)
+    assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
+    assert np.all(np.isfinite(np.asarray(y, "float32")))
+    assert all(w.dtype == "float32" for w in layer.weights)
+
+
+@pytest.mark.slow
+def test_saved_model_round_trip_and_training(rng, tmp_path):
+    source = keras.Input((6, 8))
+    target = keras.Input((4, 8))
+    hidden = ComplexTransformerEncoder(
+        2, dropout=0.1, attention_dropout=0.1, seed=3
+    )(source)
+    out = ComplexTransformerDecoder(2, activation="cardioid", norm_first=True)(
+        target, hidden
+    )
+    model = keras.Model([source, target], cvk.layers.ComplexDense(1)(out))
+    inputs = [
+        cvk.to_stacked(ref.random_complex(rng, (32, 6, 4))),
+        cvk.to_stacked(ref.random_complex(rng, (32, 4, 4))),
+    ]
+    labels = cvk.to_stacked(ref.random_complex(rng, (32, 4, 1)))
+    model.compile(keras.optimizers.Adam(3e-3), "mse")
+    before = model.evaluate(inputs, labels, verbose=0)
+    model.fit(inputs, labels, epochs=8, batch_size=8, verbose=0)
+    assert model.evaluate(inputs, labels, verbose=0) < before
+    path = tmp_path / "transformer.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    np.testing.assert_array_equal(loaded(inputs), model(inputs))
+
+
+@pytest.mark.slow
+def test_xla_equals_eager(rng):
+    x = tf.constant(cvk.to_stacked(ref.random_complex(rng, (2, 5, 4))))
+    layer = ComplexTransformerDecoder(2)
+    eager = layer(x, x)
+    compiled = tf.function(lambda a: layer(a, a), jit_compile=True)(x)
+    np.testing.assert_allclose(compiled, eager, atol=1e-5)
