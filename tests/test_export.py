@@ -13,6 +13,8 @@ import numpy as np
 import numpy_reference as ref
 import pytest
 import tensorflow as tf
+from models import all_blocks_inputs
+from models import all_blocks_model
 
 import cvattn_keras as cvk
 from cvattn_keras import attention as att
@@ -61,32 +63,9 @@ def test_every_variant_converts_builtin_only_and_matches_keras(
 
 
 def test_every_building_block_converts_builtin_only(rng, tmp_path):
-    layers = cvk.layers
-    signal = keras.Input((8, 6), name="signal")
-    memory = keras.Input((5, 8), name="memory")
-    x = layers.ComplexConv1D(4, 3, padding="same")(signal)
-    x = layers.ComplexBatchNormalization()(x)
-    x = layers.ModReLU(bias_initializer="random_normal")(x)
-    x = layers.ComplexActivation("cardioid")(x)
-    x = layers.ComplexDropout(0.1)(x)
-    x = layers.SinusoidalPositionalEncoding()(x)
-    x = layers.ComplexRotaryEmbedding()(x)
-    x = layers.ComplexRMSNormalization(complex_scale=True)(x)
-    x = layers.ComplexLayerNormalization(method="naive")(x)
-    x = layers.ComplexActivation("zrelu")(x)
-    x = layers.ComplexActivation("crelu")(x)
-    x = layers.ComplexTransformerEncoder(2, softmax="abs")(x)
-    x = layers.ComplexTransformerDecoder(2, norm_first=True)(
-        x, keras.layers.Masking()(memory)
-    )
-    model = keras.Model([signal, memory], layers.ComplexDense(2)(x))
-    inputs = [
-        cvk.to_stacked(ref.random_complex(rng, (3, 8, 3))),
-        cvk.to_stacked(ref.random_complex(rng, (3, 5, 4))),
-    ]
-    inputs[1][0, 3:] = 0
+    model = all_blocks_model()
     path = cvk.export.export_tflite(model, tmp_path / "blocks.tflite")
-    report = cvk.export.verify_tflite(path, model, inputs)
+    report = cvk.export.verify_tflite(path, model, all_blocks_inputs(rng))
     assert report.builtin_only, report
     assert report.max_abs_error <= 1e-5, report
 

@@ -1,0 +1,42 @@
+"""Small models shared by tests: every building block in one graph."""
+
+import keras
+
+import cvattn_keras as cvk
+
+
+def all_blocks_model():
+    """Conv1D front-end, every norm, activation and encoding, an encoder and
+    a decoder with a padded memory, and a ComplexDense head."""
+    layers = cvk.layers
+    signal = keras.Input((8, 6), name="signal")
+    memory = keras.Input((5, 8), name="memory")
+    x = layers.ComplexConv1D(4, 3, padding="same")(signal)
+    x = layers.ComplexBatchNormalization()(x)
+    x = layers.ModReLU(bias_initializer="random_normal")(x)
+    x = layers.ComplexActivation("cardioid")(x)
+    x = layers.ComplexDropout(0.1)(x)
+    x = layers.SinusoidalPositionalEncoding()(x)
+    x = layers.ComplexRotaryEmbedding()(x)
+    x = layers.ComplexRMSNormalization(complex_scale=True)(x)
+    x = layers.ComplexLayerNormalization(method="naive")(x)
+    x = layers.ComplexActivation("zrelu")(x)
+    x = layers.ComplexActivation("crelu")(x)
+    x = layers.ComplexTransformerEncoder(2, softmax="abs")(x)
+    x = layers.ComplexTransformerDecoder(2, norm_first=True)(
+        x, keras.layers.Masking()(memory)
+    )
+    return keras.Model([signal, memory], layers.ComplexDense(2)(x))
+
+
+def all_blocks_inputs(rng):
+    inputs = [
+        cvk.to_stacked(
+            rng.standard_normal((3, 8, 3)) + 1j * rng.standard_normal((3, 8, 3))
+        ),
+        cvk.to_stacked(
+            rng.standard_normal((3, 5, 4)) + 1j * rng.standard_normal((3, 5, 4))
+        ),
+    ]
+    inputs[1][0, 3:] = 0  # padding
+    return inputs
