@@ -26,7 +26,8 @@ Every complex product here is a real matmul on stacked vectors. Writing
 vectors, `Re(a conj(b)) = s(a, b)` and `Im(a conj(b)) = s(a, i b)`. So the
 real part of the inner-product score is one real dot product of width 2H,
 and CAtt is exactly a real scaled-dot-product attention of head width 2H
-(it runs through `keras.ops.dot_product_attention`). The other variants
+(it runs through `keras.ops.dot_product_attention`, with the keys conjugated
+for the bilinear product). The other variants
 stack the keys `[k, i k]` along the key axis, one matmul of width 2S giving
 `[Re A | Im A]`, and stack the values `[v, i v]` the same way, one matmul
 for the complex `W v`.
@@ -40,6 +41,7 @@ all-zero weights and a zero output, with finite gradients.
 import contextlib
 import contextvars
 
+from keras import backend
 from keras import ops
 from keras import random
 
@@ -79,13 +81,16 @@ _PRODUCT_ALIASES = {
     "bilinear": "bilinear",
     "cp": "bilinear",
 }
+# The fill of masked logits (float32 and wider; float16), as Keras's.
+_LARGE_NEGATIVE = (-0.7 * 3.4028235e38, -0.7 * 65504.0)
 # Real-valued weights: these variants need neither Im A in the softmax nor
 # the doubled value matmul.
 _REAL_WEIGHTS = ("real", "absonly")
-# Whether masked CAtt may use `keras.ops.dot_product_attention`, whose
-# masking fills scores with constants near the float32 limit; the exporter
-# turns it off (see `portable_masking`).
-_FUSED_WITH_MASK = contextvars.ContextVar("fused_with_mask", default=True)
+# Whether masking may fill masked scores with a constant near the float
+# limit, as `keras.ops.dot_product_attention` does (so masked CAtt may use
+# it) and as `_masked_softmax` does for speed; the exporter turns it off
+# (see `portable_masking`).
+_FILL_MASKED = contextvars.ContextVar("fill_masked", default=True)
 
 
 def resolve_softmax(name):
@@ -157,20 +162,21 @@ def parse_variant(name):
 
 @contextlib.contextmanager
 def portable_masking():
-    """Within this context, masked CAtt takes the general path instead of
-    `keras.ops.dot_product_attention`.
+    """Within this context, masking keeps every tensor in the data's range:
+    masked CAtt takes the general path instead of
+    `keras.ops.dot_product_attention`, and every variant's masked softmax
+    shifts and zeroes masked scores instead of filling them.
 
-    The two compute the same weights, but the fused kernel masks by filling
-    scores with `-0.7 * float32 max`, which float16 turns into -inf (NaN on
-    fully masked rows) and which swamps the calibrated range of int8
-    quantization. The general path keeps every tensor in the data's range.
-    `cvattn_keras.export` traces models under this context.
+    Both ways compute the same weights, but the fill, `-0.7 * float32 max`
+    (fast: a `where` before a plain softmax), becomes -inf in float16 (NaN
+    on fully masked rows) and swamps the calibrated range of int8
+    quantization. `cvattn_keras.export` traces models under this context.
     """
-    token = _FUSED_WITH_MASK.set(False)
+    token = _FILL_MASKED.set(False)
     try:
         yield
     finally:
-        _FUSED_WITH_MASK.reset(token)
+        _FILL_MASKED.reset(token)
 
 
 def expand_mask(mask):
@@ -212,20 +218,32 @@ def complex_scores(query, key, product="inner", scale=1.0, real_only=False):
     key = key if product == "inner" else cx.conjugate(key)
     if not real_only:
         key = ops.concatenate([key, cx.times_i(key)], axis=1)  # (B, 2S, N, 2H)
-    scores = ops.einsum("btnh,bsnh->bnts", query, key)
-    return scores * ops.cast(scale, scores.dtype)
+    # Scaling the query rather than the scores touches T*2H numbers, not
+    # T*2S (and no more in the gradient).
+    query = query * ops.cast(scale, query.dtype)
+    return ops.einsum("btnh,bsnh->bnts", query, key)
 
 
 def _masked_softmax(logits, mask):
     """Softmax over the last axis with masked entries exactly 0, and rows
     with nothing to attend all 0 (instead of uniform or NaN).
 
-    No constant outside the data's range appears (no -1e30 or -inf fill):
-    float16 would turn one into -inf, and int8 quantization calibrates each
-    tensor's range, which a huge fill would swamp.
+    By default masked logits are filled with `-0.7 * float32 max` (as
+    `keras.ops.dot_product_attention` does; exp() makes them exactly 0)
+    before a plain softmax: about half the elementwise passes of the
+    portable way below. Under `portable_masking` no constant outside the
+    data's range appears: float16 would turn the fill into -inf, and int8
+    quantization calibrates each tensor's range, which the fill would swamp.
     """
     if mask is None:
         return ops.softmax(logits, axis=-1)
+    if _FILL_MASKED.get():
+        half = backend.standardize_dtype(logits.dtype) == "float16"
+        fill = ops.cast(_LARGE_NEGATIVE[half], logits.dtype)
+        weights = ops.softmax(ops.where(mask, logits, fill), axis=-1)
+        # A row with nothing to attend came out uniform: make it 0.
+        has_key = ops.any(mask, axis=-1, keepdims=True)
+        return weights * ops.cast(has_key, weights.dtype)
     # Shift by the largest attended logit (a row with none gets its min).
     row_min = ops.min(logits, axis=-1, keepdims=True)
     row_max = ops.max(ops.where(mask, logits, row_min), axis=-1, keepdims=True)
@@ -256,16 +274,20 @@ def attention_weights(scores, softmax="real", mask=None):
     if softmax == "real":
         return _masked_softmax(scores, mask)
     if softmax == "naive":
-        re, im = cx.split(scores)
-        return cx.merge(_masked_softmax(re, mask), _masked_softmax(im, mask))
+        # Both softmaxes at once on the (B, N, T, 2, S) view, the mask
+        # broadcast over the parts: no slicing or concatenating copies.
+        if mask is not None:
+            mask = ops.expand_dims(mask, -2)  # (B, N, T, 1, S)
+        return cx.merge_planes(_masked_softmax(cx.split_planes(scores), mask))
     magnitude, phase = cx.modulus_and_sign(scores)  # (B,N,T,S), (B,N,T,2S)
     weights = _masked_softmax(magnitude, mask)
     if softmax == "absonly":
         return weights
     # "abs": restore the phase; sgn(0) = 0, so an exactly-zero score takes
-    # softmax mass but contributes nothing, as in the reference.
-    phase_re, phase_im = cx.split(phase)
-    return cx.merge(weights * phase_re, weights * phase_im)
+    # softmax mass but contributes nothing, as in the reference. The real
+    # weights broadcast over both parts of the phase.
+    weights = ops.expand_dims(weights, -2)  # (B, N, T, 1, S)
+    return cx.merge_planes(cx.split_planes(phase) * weights)
 
 
 def apply_weights(weights, value, softmax="real"):
@@ -346,12 +368,14 @@ def complex_dot_product_attention(
 
     if (
         softmax == "real"
-        and product == "inner"
         and not return_weights
         and not dropout
-        and (mask is None or _FUSED_WITH_MASK.get())
+        and (mask is None or _FILL_MASKED.get())
     ):
-        # CAtt is a real attention of width 2H: use the fused kernel.
+        # CAtt is a real attention of width 2H: use the fused kernel. For
+        # the bilinear product, Re(q k^T) = Re(q conj(conj k)^T).
+        if product == "bilinear":
+            key = cx.conjugate(key)
         outputs = ops.dot_product_attention(
             query, key, ops.cast(value, "float32"), mask=mask, scale=scale
         )
