@@ -24,8 +24,12 @@ ours is than native complex64 (higher is better).
 Run:  python benchmarks/attention_speed.py [--quick] [--json out.json]
           [--softmax real,abs,absonly,naive] [--product inner,bilinear]
           [--shapes paper,long] [--passes forward,backward] [--jit on,off]
-          [--repeats 15] [--causal] [--sweep-max 4096] [--no-sweep]
-          [--plot sweep.png] [--tflite]
+          [--level layer,core] [--repeats 9] [--causal] [--sweep-max 4096]
+          [--no-sweep] [--no-dense] [--plot sweep.png] [--tflite]
+
+The default (every variant, both shapes, both passes, jit on, layer level,
+ComplexDense, sweep to T = 4096) takes about 5 minutes on 2 CPU cores;
+`--quick` about 1 minute; `--jit on,off --level layer,core` about 15.
 """
 
 import argparse
@@ -102,40 +106,45 @@ class NativeComplexAttention(tf.Module):
         x = tf.reshape(x, (shape[0], shape[1], self.heads, self.head_dim))
         return tf.transpose(x, (0, 2, 1, 3))
 
-    def _softmax(self, logits, mask):
-        if mask is not None:
-            logits = tf.where(mask, logits, tf.constant(-1e30, logits.dtype))
-        return tf.nn.softmax(logits, axis=-1)
-
     def __call__(self, z, causal=False):  # z: (B, T, E) complex64
         (wq, wk, wv, wo), (bq, bk, bv, bo) = self.kernels, self.biases
         q = self._split_heads(tf.matmul(z, wq) + bq)
         k = self._split_heads(tf.matmul(z, wk) + bk)
         v = self._split_heads(tf.matmul(z, wv) + bv)
-        scale = tf.constant(self.head_dim**-0.5, tf.complex64)
-        if self.product == "inner":  # q conj(k)^T
-            a = tf.matmul(q, k, adjoint_b=True) * scale
-        else:  # q k^T
-            a = tf.matmul(q, k, transpose_b=True) * scale
-        mask = None
-        if causal:
-            length = tf.shape(z)[1]
-            mask = tf.linalg.band_part(tf.ones((length, length), tf.bool), -1, 0)
-        if self.softmax == "real":
-            w = tf.cast(self._softmax(tf.math.real(a), mask), tf.complex64)
-        elif self.softmax == "naive":
-            w = tf.complex(
-                self._softmax(tf.math.real(a), mask),
-                self._softmax(tf.math.imag(a), mask),
-            )
-        else:
-            modulus = tf.abs(a)
-            w = tf.cast(self._softmax(modulus, mask), tf.complex64)
-            if self.softmax == "abs":  # sgn(A) = A / |A|, 0 at 0
-                w = w * tf.math.divide_no_nan(a, tf.cast(modulus, a.dtype))
-        out = tf.transpose(tf.matmul(w, v), (0, 2, 1, 3))  # (B, T, N, H)
-        out = tf.reshape(out, tf.shape(z))
-        return tf.matmul(out, wo) + bo
+        out = native_core(q, k, v, self.softmax, self.product, causal)
+        out = tf.transpose(out, (0, 2, 1, 3))  # (B, T, N, H)
+        return tf.matmul(tf.reshape(out, tf.shape(z)), wo) + bo
+
+
+def native_core(q, k, v, softmax, product, causal=False):
+    """Complex attention of per-head complex64 `(B, N, T, H)` tensors."""
+    scale = tf.constant(q.shape[-1] ** -0.5, tf.complex64)
+    if product == "inner":  # q conj(k)^T
+        a = tf.matmul(q, k, adjoint_b=True) * scale
+    else:  # q k^T
+        a = tf.matmul(q, k, transpose_b=True) * scale
+    mask = None
+    if causal:
+        ones = tf.ones((tf.shape(q)[2], tf.shape(k)[2]), tf.bool)
+        mask = tf.linalg.band_part(ones, -1, 0)
+
+    def masked_softmax(logits):
+        if mask is not None:
+            logits = tf.where(mask, logits, tf.constant(-1e30, logits.dtype))
+        return tf.nn.softmax(logits, axis=-1)
+
+    if softmax == "real":
+        w = tf.cast(masked_softmax(tf.math.real(a)), tf.complex64)
+    elif softmax == "naive":
+        w = tf.complex(
+            masked_softmax(tf.math.real(a)), masked_softmax(tf.math.imag(a))
+        )
+    else:
+        modulus = tf.abs(a)
+        w = tf.cast(masked_softmax(modulus), tf.complex64)
+        if softmax == "abs":  # sgn(A) = A / |A|, 0 at 0
+            w = w * tf.math.divide_no_nan(a, tf.cast(modulus, a.dtype))
+    return tf.matmul(w, v)
 
 
 # --------------------------------------------------------------------------
@@ -172,7 +181,7 @@ def candidate_ours(shape, softmax, product, x, causal):
     )
     return dict(
         call=lambda x: layer(x, x, use_causal_mask=causal),
-        input=x,
+        inputs=(x,),
         variables=layer.trainable_weights,
     )
 
@@ -187,7 +196,7 @@ def candidate_limit(shape, x, causal):
     )
     return dict(
         call=lambda x: layer(x, x, use_causal_mask=causal),
-        input=x,
+        inputs=(x,),
         variables=layer.trainable_weights,
     )
 
@@ -198,14 +207,14 @@ def candidate_native(shape, softmax, product, x, causal):
     )
     return dict(
         call=lambda z: module(z, causal=causal),
-        input=native_input(x),
+        inputs=(native_input(x),),
         variables=list(module.trainable_variables),
     )
 
 
 def candidate_dense(layer, x):
     layer(x)
-    return dict(call=layer, input=x, variables=layer.trainable_weights)
+    return dict(call=layer, inputs=(x,), variables=layer.trainable_weights)
 
 
 def candidate_native_dense(features, x):
@@ -215,8 +224,70 @@ def candidate_native_dense(features, x):
     bias = tf.Variable(tf.zeros((features,), tf.complex64))
     return dict(
         call=lambda z: tf.matmul(z, kernel) + bias,
-        input=native_input(x),
+        inputs=(native_input(x),),
         variables=[kernel, bias],
+    )
+
+
+def core_inputs(shape, seed=0):
+    """Per-head stacked q, k, v `(B, L, N, 2H)` of the attention core."""
+    rng = np.random.default_rng(seed)
+    size = (
+        shape["batch"],
+        shape["length"],
+        shape["heads"],
+        2 * (shape["features"] // shape["heads"]),
+    )
+    return tuple(
+        tf.constant(rng.standard_normal(size).astype("float32"))
+        for _ in range(3)
+    )
+
+
+def candidate_core_ours(softmax, product, qkv, causal):
+    mask = causal_mask(qkv[0]) if causal else None
+    return dict(
+        call=lambda q, k, v: cvk.attention.complex_dot_product_attention(
+            q, k, v, softmax, product, mask=mask
+        ),
+        inputs=qkv,
+    )
+
+
+def candidate_core_limit(qkv, causal, doubled=False):
+    """Real `keras.ops.dot_product_attention` of head width 2H; `doubled`:
+    over 2S keys, the FLOPs of the stacked [Re | Im] score and value
+    matmuls of the complex-weight variants."""
+    mask = causal_mask(qkv[0]) if causal else None
+
+    def call(q, k, v):
+        mask_ = mask
+        if doubled:
+            k, v = (_twice_the_keys(t) for t in (k, v))
+            mask_ = None if mask is None else tf.concat([mask, mask], -1)
+        scale = (q.shape[-1] // 2) ** -0.5
+        return keras.ops.dot_product_attention(q, k, v, mask=mask_, scale=scale)
+
+    return dict(call=call, inputs=qkv)
+
+
+def _twice_the_keys(t):
+    return tf.concat([t, t], axis=1)
+
+
+def causal_mask(q):
+    length = q.shape[1]
+    return tf.linalg.band_part(tf.ones((length, length), tf.bool), -1, 0)
+
+
+def candidate_core_native(softmax, product, qkv, causal):
+    def to_native(t):  # (B, L, N, 2H) stacked -> (B, N, L, H) complex64
+        re, im = tf.split(t, 2, axis=-1)
+        return tf.transpose(tf.complex(re, im), (0, 2, 1, 3))
+
+    return dict(
+        call=lambda q, k, v: native_core(q, k, v, softmax, product, causal),
+        inputs=tuple(to_native(t) for t in qkv),
     )
 
 
@@ -228,24 +299,26 @@ def squared_norm(y):
 
 def compiled(candidate, pass_, jit):
     """A zero-argument callable running the candidate's forward pass, or its
-    forward pass and the gradient of `sum |y|^2` w.r.t. its weights, as one
-    `tf.function` (XLA-compiled when `jit`)."""
-    call, variables = candidate["call"], candidate["variables"]
+    forward pass and the gradient of `sum |y|^2` w.r.t. its weights (its
+    inputs when it has none), as one `tf.function` (XLA-compiled when
+    `jit`)."""
+    call, variables = candidate["call"], candidate.get("variables")
     if pass_ == "forward":
 
-        def step(x):
-            return call(x)
+        def step(*inputs):
+            return call(*inputs)
 
     else:
 
-        def step(x):
+        def step(*inputs):
             with tf.GradientTape() as tape:
-                loss = squared_norm(call(x))
-            return tape.gradient(loss, variables)
+                tape.watch(inputs)
+                loss = squared_norm(call(*inputs))
+            return tape.gradient(loss, variables or inputs)
 
     function = tf.function(step, jit_compile=jit)
-    x = candidate["input"]
-    return lambda: function(x)
+    inputs = candidate["inputs"]
+    return lambda: function(*inputs)
 
 
 # --------------------------------------------------------------------------
@@ -301,22 +374,53 @@ def ms(seconds):
 # --------------------------------------------------------------------------
 
 
-def bench_attention(args):
+def attention_candidates(level, shape, args):
+    """The candidates of one group: the limit (and, for the core, the
+    FLOP floor of the complex-weight variants), ours and native for every
+    variant asked for."""
+    causal = args.causal
+    if level == "layer":
+        x = stacked_input(shape)
+        candidates = {"limit": candidate_limit(shape, x, causal)}
+        ours, native = candidate_ours, candidate_native
+        data = x
+    else:
+        qkv = core_inputs(shape)
+        candidates = {
+            "limit": candidate_core_limit(qkv, causal),
+            "floor": candidate_core_limit(qkv, causal, doubled=True),
+        }
+        data = qkv
+
+        def ours(shape, softmax, product, qkv, causal):
+            return candidate_core_ours(softmax, product, qkv, causal)
+
+        def native(shape, softmax, product, qkv, causal):
+            return candidate_core_native(softmax, product, qkv, causal)
+
+    for softmax in args.softmax:
+        for product in args.product:
+            key = (softmax, product)
+            candidates[("ours",) + key] = ours(
+                shape, softmax, product, data, causal
+            )
+            candidates[("native",) + key] = native(
+                shape, softmax, product, data, causal
+            )
+    return candidates
+
+
+def bench_attention(args, level):
+    """Rows of ours / limit / native times for every shape, jit mode, pass
+    and variant; `level` is "layer" (ComplexMultiHeadAttention against
+    keras.layers.MultiHeadAttention) or "core" (complex_dot_product_attention
+    against keras.ops.dot_product_attention, on projected per-head
+    tensors)."""
     rows = []
     for shape_name in args.shapes:
         shape = SHAPES[shape_name]
-        x = stacked_input(shape)
         for jit in args.jit:
-            candidates = {"limit": candidate_limit(shape, x, args.causal)}
-            for softmax in args.softmax:
-                for product in args.product:
-                    key = (softmax, product)
-                    candidates[("ours",) + key] = candidate_ours(
-                        shape, softmax, product, x, args.causal
-                    )
-                    candidates[("native",) + key] = candidate_native(
-                        shape, softmax, product, x, args.causal
-                    )
+            candidates = attention_candidates(level, shape, args)
             for pass_ in args.passes:
                 functions = {
                     name: compiled(c, pass_, jit)
@@ -325,19 +429,19 @@ def bench_attention(args):
                 started = time.perf_counter()
                 timed = time_round_robin(functions, args.repeats)
                 limit = timed["limit"]["median"]
+                floor = timed.get("floor", {}).get("median")
                 for softmax in args.softmax:
                     for product in args.product:
-                        ours = timed[("ours", softmax, product)]["median"]
+                        ours = timed[("ours", softmax, product)]
                         native = timed[("native", softmax, product)]["median"]
                         max_ratio, min_speedup = targets(
                             softmax, product, pass_
                         )
-                        met = ours / limit <= max_ratio and (
-                            min_speedup is None
-                            or native / ours >= min_speedup
-                        )
+                        ratio = ours["median"] / limit
+                        speedup = native / ours["median"]
                         rows.append(
                             dict(
+                                level=level,
                                 shape=shape_name,
                                 **shape,
                                 jit=jit,
@@ -345,48 +449,82 @@ def bench_attention(args):
                                 softmax=softmax,
                                 product=product,
                                 variant=variant_name(softmax, product),
-                                ours_ms=1e3 * ours,
+                                ours_ms=1e3 * ours["median"],
+                                ours_iqr_ms=1e3 * ours["iqr"],
                                 limit_ms=1e3 * limit,
+                                limit_iqr_ms=1e3 * timed["limit"]["iqr"],
+                                floor_ms=floor and 1e3 * floor,
                                 native_ms=1e3 * native,
-                                vs_limit=ours / limit,
-                                native_over_ours=native / ours,
+                                vs_limit=ratio,
+                                vs_floor=floor and ours["median"] / floor,
+                                native_over_ours=speedup,
                                 target_vs_limit=max_ratio,
                                 target_speedup=min_speedup,
-                                met=met,
-                                ours_iqr_ms=1e3
-                                * timed[("ours", softmax, product)]["iqr"],
-                                limit_iqr_ms=1e3 * timed["limit"]["iqr"],
+                                met=ratio <= max_ratio
+                                and (
+                                    min_speedup is None
+                                    or speedup >= min_speedup
+                                ),
                             )
                         )
                 print(
-                    f"  [{shape_name}, {pass_}, jit={'on' if jit else 'off'}:"
-                    f" {time.perf_counter() - started:.0f} s]",
+                    f"  [{level} {shape_name}, {pass_}, "
+                    f"jit={'on' if jit else 'off'}: "
+                    f"{time.perf_counter() - started:.0f} s]",
                     file=sys.stderr,
                 )
     return rows
 
 
+def _pass_name(pass_):
+    return "fwd" if pass_ == "forward" else "fwd+bwd"
+
+
 def print_attention_table(rows, causal):
     print(
-        "\n## Attention layer: ours vs limit (real MHA, 2x key_dim) and "
-        f"native complex64{' (causal mask)' if causal else ''}\n"
+        "\n## ComplexMultiHeadAttention vs the limit (real MHA, 2 x key_dim) "
+        f"and native complex64{' (causal mask)' if causal else ''}\n"
     )
     print(
         "| shape | pass | jit | variant | ours (ms) | limit (ms) | "
         "native (ms) | ours / limit | native / ours | target | met |"
     )
-    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    print("| --- " * 4 + "| ---: " * 5 + "| --- | --- |")
     for r in rows:
         target = f"≤ {r['target_vs_limit']}"
         if r["target_speedup"]:
             target += f", ≥ {r['target_speedup']:g}×"
-        pass_ = "fwd" if r["pass_"] == "forward" else "fwd+bwd"
         print(
-            f"| {r['shape']} | {pass_} | {'on' if r['jit'] else 'off'} | "
-            f"{r['variant']} | {r['ours_ms']:.2f} | {r['limit_ms']:.2f} | "
+            f"| {r['shape']} | {_pass_name(r['pass_'])} | "
+            f"{'on' if r['jit'] else 'off'} | {r['variant']} | "
+            f"{r['ours_ms']:.2f} | {r['limit_ms']:.2f} | "
             f"{r['native_ms']:.2f} | {r['vs_limit']:.2f} | "
             f"{r['native_over_ours']:.2f} | {target} | "
             f"{'yes' if r['met'] else 'no'} |"
+        )
+
+
+def print_core_table(rows, causal):
+    print(
+        "\n## Attention core alone (projected per-head q, k, v): "
+        "complex_dot_product_attention vs keras.ops.dot_product_attention "
+        f"of width 2H, over S and 2S keys{' (causal mask)' if causal else ''}"
+        "\n"
+    )
+    print(
+        "| shape | pass | jit | variant | ours (ms) | limit (ms) | "
+        "floor, 2S keys (ms) | native (ms) | ours / limit | ours / floor | "
+        "native / ours |"
+    )
+    print("| --- " * 4 + "| ---: " * 7 + "|")
+    for r in rows:
+        print(
+            f"| {r['shape']} | {_pass_name(r['pass_'])} | "
+            f"{'on' if r['jit'] else 'off'} | {r['variant']} | "
+            f"{r['ours_ms']:.2f} | {r['limit_ms']:.2f} | "
+            f"{r['floor_ms']:.2f} | {r['native_ms']:.2f} | "
+            f"{r['vs_limit']:.2f} | {r['vs_floor']:.2f} | "
+            f"{r['native_over_ours']:.2f} |"
         )
 
 
@@ -668,6 +806,14 @@ def parse_args(argv=None):
         "4 heads (default: both)",
     )
     parser.add_argument(
+        "--level",
+        type=csv(("layer", "core")),
+        default=["layer"],
+        help="layer = the whole layer with its projections; core = the "
+        "attention core alone, on projected per-head tensors, also against "
+        "the FLOP floor of the complex-weight variants (default: layer)",
+    )
+    parser.add_argument(
         "--passes",
         type=csv(("forward", "backward")),
         default=["forward", "backward"],
@@ -676,15 +822,15 @@ def parse_args(argv=None):
     parser.add_argument(
         "--jit",
         type=csv((True, False), on_off),
-        default=[True, False],
+        default=[True],
         help="on = tf.function(jit_compile=True), off = tf.function "
-        "(default: on,off)",
+        "(default: on)",
     )
     parser.add_argument(
         "--repeats",
         type=int,
         default=None,
-        help="timed rounds per group (default 15, --quick 5)",
+        help="timed rounds per group (default 9, --quick 5)",
     )
     parser.add_argument(
         "--causal", action="store_true", help="time with a causal mask"
@@ -698,7 +844,10 @@ def parse_args(argv=None):
     parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--no-dense", action="store_true")
     parser.add_argument(
-        "--plot", default="attention_speed_sweep.png", help="sweep PNG path"
+        "--plot",
+        default=None,
+        help="sweep PNG path (default: next to --json, else "
+        "attention_speed_sweep.png in the current directory)",
     )
     parser.add_argument(
         "--tflite",
@@ -709,16 +858,19 @@ def parse_args(argv=None):
     parser.add_argument("--json", default=None, help="write all results here")
     args = parser.parse_args(argv)
     if args.softmax is None:
-        args.softmax = ["real", "abs"] if args.quick else ["real", "abs"] + [
-            "absonly",
-            "naive",
-        ]
+        args.softmax = ["real", "abs"]
+        if not args.quick:
+            args.softmax += ["absonly", "naive"]
     if args.product is None:
         args.product = ["inner"] if args.quick else ["inner", "bilinear"]
     if args.repeats is None:
-        args.repeats = 5 if args.quick else 15
+        args.repeats = 5 if args.quick else 9
     if args.sweep_max is None:
         args.sweep_max = 1024 if args.quick else 4096
+    if args.plot is None:
+        args.plot = "attention_speed_sweep.png"
+        if args.json:
+            args.plot = os.path.splitext(args.json)[0] + "_sweep.png"
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     return args
@@ -749,8 +901,12 @@ def main(argv=None):
         f"medians of {args.repeats} interleaved rounds.",
     )
     results = dict(environment=env, arguments=vars(args))
-    results["attention"] = bench_attention(args)
-    print_attention_table(results["attention"], args.causal)
+    if "layer" in args.level:
+        results["attention"] = bench_attention(args, "layer")
+        print_attention_table(results["attention"], args.causal)
+    if "core" in args.level:
+        results["core"] = bench_attention(args, "core")
+        print_core_table(results["core"], args.causal)
     if not args.no_dense:
         results["dense"] = bench_dense(args)
         print_dense_table(results["dense"])
