@@ -11,9 +11,12 @@ __version__ = "0.1.0"
 from cvattn_keras import activations
 from cvattn_keras import attention
 from cvattn_keras import complex
+from cvattn_keras import datasets
 from cvattn_keras import export
 from cvattn_keras import initializers
 from cvattn_keras import layers
+from cvattn_keras import metrics
+from cvattn_keras import models
 from cvattn_keras.complex import from_stacked
 from cvattn_keras.complex import to_stacked
 
@@ -21,9 +24,12 @@ __all__ = [
     "activations",
     "attention",
     "complex",
+    "datasets",
     "export",
     "from_stacked",
     "initializers",
     "layers",
+    "metrics",
+    "models",
     "to_stacked",
 ]

@@ -91,7 +91,7 @@ def numpy_attention(layer, x):
     return project(layer.output_dense, out)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--softmax", default="real")
@@ -99,11 +99,17 @@ def main():
     parser.add_argument("--noise", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save", default=None, help="save the model (.keras)")
-    args = parser.parse_args()
+    parser.add_argument("--samples", type=int, default=2048)
+    parser.add_argument(
+        "--smoke", action="store_true", help="a seconds-long run (tests)"
+    )
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.epochs, args.samples = 1, 128
 
     keras.utils.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    clean, noisy = make_tones(2048, args.noise, rng)
+    clean, noisy = make_tones(args.samples, args.noise, rng)
     clean_val, noisy_val = make_tones(256, args.noise, rng)
     x, y = cvk.to_stacked(noisy), cvk.to_stacked(clean)
     x_val, y_val = cvk.to_stacked(noisy_val), cvk.to_stacked(clean_val)
@@ -145,8 +151,11 @@ def main():
         raise SystemExit("attention output does not match NumPy")
     if args.save:
         model.save(args.save)
-        print(f"saved {args.save}; export it with: python -m "
-              f"cvattn_keras.export {args.save} model.tflite --verify")
+        print(
+            f"saved {args.save}; export it with: python -m "
+            f"cvattn_keras.export {args.save} model.tflite --verify"
+        )
+    return error
 
 
 if __name__ == "__main__":

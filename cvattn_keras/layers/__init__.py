@@ -3,6 +3,9 @@
 from cvattn_keras.layers.activations import ComplexActivation
 from cvattn_keras.layers.activations import ModReLU
 from cvattn_keras.layers.attention import ComplexMultiHeadAttention
+from cvattn_keras.layers.conversion import ComplexFromReal
+from cvattn_keras.layers.conversion import ComplexModulus
+from cvattn_keras.layers.conversion import RealReadout
 from cvattn_keras.layers.convolution import ComplexConv1D
 from cvattn_keras.layers.dense import ComplexDense
 from cvattn_keras.layers.dropout import ComplexDropout
@@ -20,12 +23,15 @@ __all__ = [
     "ComplexConv1D",
     "ComplexDense",
     "ComplexDropout",
+    "ComplexFromReal",
     "ComplexLayerNormalization",
+    "ComplexModulus",
     "ComplexMultiHeadAttention",
     "ComplexRMSNormalization",
     "ComplexRotaryEmbedding",
     "ComplexTransformerDecoder",
     "ComplexTransformerEncoder",
     "ModReLU",
+    "RealReadout",
     "SinusoidalPositionalEncoding",
 ]

@@ -1,0 +1,65 @@
+"""Every example runs end to end with --smoke (seconds each)."""
+
+import os
+import runpy
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+def _main(name):
+    return runpy.run_path(os.path.join(EXAMPLES, name))["main"]
+
+
+def test_quickstart():
+    error = _main("quickstart.py")(["--smoke"])
+    assert error < 1e-4
+
+
+def test_train_music(tmp_path):
+    ap = _main("train_music.py")(["--smoke", "--output", str(tmp_path)])
+    assert 0 <= ap <= 1
+    for name in (
+        "music_classifier.keras",
+        "music_classifier.tflite",
+        "train_music.png",
+    ):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_train_music_on_musicnet_files(tmp_path, rng):
+    """--data reads the MusicNet layout (here a tiny file)."""
+    import numpy as np
+
+    x = rng.standard_normal((10, 64, 2 * 2048)).astype("float32")
+    y = (rng.random((10, 64, 128)) > 0.95).astype("float32")
+    np.savez(tmp_path / "musicnet.npz", x=x, y=y)
+    ap = _main("train_music.py")(
+        [
+            "--smoke",
+            "--data",
+            str(tmp_path / "musicnet.npz"),
+            "--output",
+            str(tmp_path),
+        ]
+    )
+    assert 0 <= ap <= 1
+
+
+def test_compare_variants(tmp_path):
+    table = tmp_path / "table.md"
+    rows = _main("compare_variants.py")(["--smoke", "--output", str(table)])
+    assert [row[0] for row in rows] == [
+        "real / inner",
+        "abs / bilinear",
+        "real baseline",
+    ]
+    assert "| real baseline |" in table.read_text()
+
+
+def test_modulation():
+    results = _main("modulation.py")(["--smoke"])
+    assert set(results) == {"complex", "real"}

@@ -1,0 +1,115 @@
+"""Tests of the model builders and greedy generation."""
+
+import keras
+import numpy as np
+import pytest
+
+import cvattn_keras as cvk
+from cvattn_keras import models
+
+SMALL = dict(embed_dim=8, num_heads=2, num_layers=1, head_dim=8)
+
+
+def test_classifier_shapes_and_logits(rng):
+    model = models.music_classifier(frames=6, bins=10, notes=4, **SMALL)
+    x = rng.standard_normal((3, 6, 20)).astype("float32")
+    assert tuple(model(x).shape) == (3, 6, 4)
+    assert model.output.dtype == "float32"
+    variable = models.music_classifier(frames=None, bins=10, notes=4, **SMALL)
+    assert tuple(variable(x[:, :5]).shape) == (3, 5, 4)
+
+
+@pytest.mark.slow
+def test_default_parameter_counts():
+    """The paper's sizes (README documents these numbers)."""
+    assert models.music_classifier().count_params() == 13_395_843
+    assert models.music_generator().count_params() == 25_833_603
+    assert models.real_music_classifier().count_params() == 15_021_344
+
+
+def test_generator_shapes_and_shift_right(rng):
+    model = models.music_generator(
+        source_frames=5, target_frames=4, bins=6, notes=3, **SMALL
+    )
+    labels = (rng.random((2, 4, 3)) > 0.5).astype("float32")
+    previous = models.shift_right(labels)
+    np.testing.assert_array_equal(previous[:, 0], 0)
+    np.testing.assert_array_equal(previous[:, 1:], labels[:, :-1])
+    spectra = rng.standard_normal((2, 5, 12)).astype("float32")
+    assert tuple(model([spectra, previous]).shape) == (2, 4, 3)
+
+
+def _trained_generator(rng):
+    """A tiny generator fitted a little so that its decisions vary."""
+    model = models.music_generator(
+        source_frames=5,
+        target_frames=6,
+        bins=6,
+        notes=4,
+        dropout=0.0,
+        **SMALL,
+    )
+    spectra = rng.standard_normal((16, 5, 12)).astype("float32")
+    labels = (rng.random((16, 6, 4)) > 0.5).astype("float32")
+    model.compile("adam", keras.losses.BinaryCrossentropy(from_logits=True))
+    model.fit(
+        [spectra, models.shift_right(labels)], labels, epochs=3, verbose=0
+    )
+    return model, spectra
+
+
+@pytest.mark.slow
+def test_generate_equals_teacher_forcing_on_its_own_output(rng, tmp_path):
+    model, spectra = _trained_generator(rng)
+    notes, logits = models.generate(model, spectra[:4])
+    assert notes.shape == (4, 6, 4) and 0 < notes.mean() < 1
+    forced = keras.ops.convert_to_numpy(
+        model([spectra[:4], models.shift_right(notes)])
+    )
+    np.testing.assert_allclose(forced, logits, atol=1e-5)
+    np.testing.assert_array_equal(forced > 0, notes > 0)
+    # Also on a model loaded from a file.
+    model.save(tmp_path / "generator.keras")
+    loaded = keras.saving.load_model(tmp_path / "generator.keras")
+    again, _ = models.generate(loaded, spectra[:4], steps=3)
+    np.testing.assert_array_equal(again, notes[:, :3])
+
+
+def test_generate_bad_arguments(rng):
+    model = models.music_generator(
+        source_frames=3, target_frames=2, bins=2, notes=2, **SMALL
+    )
+    spectra = np.zeros((1, 3, 4), "float32")
+    with pytest.raises(ValueError, match="threshold=1.5"):
+        models.generate(model, spectra, threshold=1.5)
+    with pytest.raises(ValueError, match="steps=3"):
+        models.generate(model, spectra, steps=3)
+
+
+@pytest.mark.slow
+def test_small_models_round_trip(rng, tmp_path):
+    for model in (
+        models.music_classifier(frames=6, bins=10, notes=4, **SMALL),
+        models.real_music_classifier(frames=6, bins=10, notes=4, **SMALL),
+    ):
+        x = rng.standard_normal((2, 6, 20)).astype("float32")
+        path = tmp_path / f"{model.name}.keras"
+        model.save(path)
+        loaded = keras.saving.load_model(path, safe_mode=True)
+        np.testing.assert_array_equal(loaded(x), model(x))
+
+
+def test_readout_layers(rng):
+    z = rng.standard_normal((2, 3)) + 1j * rng.standard_normal((2, 3))
+    x = cvk.to_stacked(z)
+    readout = cvk.layers.RealReadout()
+    readout.build((None, 6))
+    readout.set_weights([np.array([0.5, -2.0]), np.array(0.25)])
+    np.testing.assert_allclose(
+        readout(x), 0.5 * z.real - 2.0 * z.imag + 0.25, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        cvk.layers.ComplexModulus()(x), np.abs(z), atol=1e-6
+    )
+    stacked = cvk.layers.ComplexFromReal()(z.real.astype("float32"))
+    np.testing.assert_allclose(cvk.from_stacked(stacked), z.real, atol=1e-7)
