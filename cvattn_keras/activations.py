@@ -43,6 +43,23 @@ def crelu(x):
     return ops.relu(x)
 
 
+def _in_float32(fn):
+    """Computes `fn` in float32 for half-precision inputs: a squared
+    modulus overflows float16 above 256 and underflows below 2e-4."""
+
+    def wrapper(x, *args):
+        dtype = x.dtype
+        if dtype in ("float16", "bfloat16"):
+            args = [ops.cast(a, "float32") for a in args]
+            return ops.cast(fn(ops.cast(x, "float32"), *args), dtype)
+        return fn(x, *args)
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@_in_float32
 def modrelu(x, bias):
     """`ReLU(|z| + b) * z / |z|`: the modulus shifted by the real `bias`
     `(E,)` and rectified, the phase kept (Arjovsky et al., 2016). The bias
@@ -60,6 +77,7 @@ def zrelu(x):
     return x * ops.concatenate([keep, keep], axis=-1)
 
 
+@_in_float32
 def cardioid(x):
     """`(1 + cos(arg z)) / 2 * z`: passes z at phase 0, blocks it at pi."""
     cosine = cx.split(cx.sign(x))[0]  # Re(z / |z|), 0 at z = 0

@@ -45,6 +45,7 @@ from keras import backend
 from keras import ops
 from keras import random
 
+from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
 __all__ = [
@@ -354,17 +355,22 @@ def complex_dot_product_attention(
     """
     softmax = resolve_softmax(softmax)
     product = resolve_product(product)
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(
-            f"`dropout` must be in [0, 1). Received: dropout={dropout}"
-        )
+    dropout = check.rate(dropout, "dropout")
     head_dim = cx.check_even(query.shape[-1], "query.shape[-1]") // 2
+    if key.shape[-1] != query.shape[-1] or len(key.shape) != 4:
+        raise ValueError(
+            "`query` (B, T, N, 2H) and `key` (B, S, N, 2H) must have the "
+            f"same head width. Received: query.shape={tuple(query.shape)}, "
+            f"key.shape={tuple(key.shape)}"
+        )
     if scale is None:
         scale = head_dim**-0.5
     mask = expand_mask(mask)
     out_dtype = value.dtype
-    query = ops.cast(query, "float32")
-    key = ops.cast(key, "float32")
+    # Scores in float32 at least (float64 stays float64).
+    score_dtype = "float64" if out_dtype == "float64" else "float32"
+    query = ops.cast(query, score_dtype)
+    key = ops.cast(key, score_dtype)
 
     if (
         softmax == "real"
@@ -377,7 +383,7 @@ def complex_dot_product_attention(
         if product == "bilinear":
             key = cx.conjugate(key)
         outputs = ops.dot_product_attention(
-            query, key, ops.cast(value, "float32"), mask=mask, scale=scale
+            query, key, ops.cast(value, score_dtype), mask=mask, scale=scale
         )
         if mask is not None:
             # The fused kernel spreads a fully masked row uniformly; such a

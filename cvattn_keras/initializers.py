@@ -24,6 +24,7 @@ omits the square root in `s`.)
 import math
 
 import keras
+import numpy as np
 
 __all__ = [
     "ComplexGlorotNormal",
@@ -142,17 +143,22 @@ class ComplexRayleigh(keras.initializers.Initializer):
             )
         self.criterion = criterion
         self.seed = seed
-        self._generator = keras.random.SeedGenerator(seed)
+        # Like Keras' initializers: the same values at every call, from the
+        # seed or, unseeded, from one drawn now (a clone draws another).
+        self._call_seed = (
+            seed if seed is not None else int(np.random.randint(2**31 - 1))
+        )
 
     def __call__(self, shape, dtype=None):
         fan_in, fan_out = _fans(tuple(shape))
         fans = fan_in + fan_out if self.criterion == "glorot" else fan_in
         sigma = 1.0 / math.sqrt(fans)
+        generator = keras.random.SeedGenerator(self._call_seed)
         # Inverse CDF of the Rayleigh distribution; 1 - u avoids log(0).
-        u = keras.random.uniform(shape, seed=self._generator, dtype=dtype)
+        u = keras.random.uniform(shape, seed=generator, dtype=dtype)
         modulus = sigma * keras.ops.sqrt(-2.0 * keras.ops.log(1.0 - u))
         phase = keras.random.uniform(
-            shape, -math.pi, math.pi, seed=self._generator, dtype=dtype
+            shape, -math.pi, math.pi, seed=generator, dtype=dtype
         )
         return modulus * keras.ops.cos(phase)
 
@@ -176,17 +182,21 @@ def get(identifier):
     return keras.initializers.get(identifier)
 
 
-def clone(initializer, seed_offset=0):
-    """A fresh copy of `initializer`, with its integer seed shifted.
+def clone(initializer, salt=0):
+    """A fresh copy of `initializer`; an integer seed is mixed with `salt`.
 
     Keras initializers return the same values at every call when seeded, and
     an unseeded one picks its seed once at construction; sharing one
-    instance between the real and imaginary kernels would make both parts
-    identical. A copy made from the config draws a new seed when unseeded;
-    when seeded, `seed + seed_offset` keeps runs reproducible while giving
-    each part different values.
+    instance between the real and imaginary kernels (or between sublayers)
+    would make them identical. A copy made from the config draws a new seed
+    when unseeded. When seeded, `salt=0` keeps the seed and any other salt
+    derives a distinct, reproducible one by a multiplicative hash, so that
+    neither the parts of one layer nor layers seeded `s` and `s + 1` share
+    values.
     """
     config = initializer.get_config()
-    if isinstance(config.get("seed"), int) and seed_offset:
-        config = dict(config, seed=config["seed"] + seed_offset)
+    seed = config.get("seed")
+    if isinstance(seed, int) and salt:
+        mixed = (seed * 1_000_003 + salt * 7_919 + 0x9E3779B1) % 2**31
+        config = dict(config, seed=mixed)
     return type(initializer).from_config(config)

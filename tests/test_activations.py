@@ -93,3 +93,17 @@ def test_unknown_names_are_value_errors():
         activations.get("modrelu")
     with pytest.raises(ValueError, match="activation=3"):
         ComplexActivation(3)
+
+
+def test_half_precision_keeps_large_and_small_moduli():
+    """In float16 |z|^2 overflows above 256 and underflows below 2e-4; the
+    modulus-based activations compute in float32."""
+    z = np.array([[300 + 0j, 1e-4 + 0j, 3 + 4j]])
+    x = tf.constant(cvk.to_stacked(z), tf.float16)
+    modrelu = ModReLU(dtype="mixed_float16")
+    y = cvk.from_stacked(np.asarray(modrelu(x), "float32"), "complex128")
+    np.testing.assert_allclose(y, z, rtol=2e-3)
+    y = cvk.from_stacked(
+        np.asarray(activations.cardioid(x), "float32"), "complex128"
+    )
+    np.testing.assert_allclose(y, [[300, 1e-4, 2.4 + 3.2j]], rtol=2e-3)

@@ -74,3 +74,12 @@ def test_bad_input_and_config(layer):
         layer()(tf.zeros((2, 3, 5)))
     instance = layer(max_wavelength=500)
     assert layer.from_config(instance.get_config()).max_wavelength == 500
+
+
+def test_start_index_may_be_an_integer_tensor(rng):
+    x = cvk.to_stacked(ref.random_complex(rng, (1, 3, 2)))
+    for layer in (SinusoidalPositionalEncoding(), ComplexRotaryEmbedding()):
+        a = layer(x, start_index=tf.constant(2)).numpy()
+        b = layer(x, start_index=np.int32(2)).numpy()
+        np.testing.assert_allclose(a, layer(x, start_index=2), atol=1e-6)
+        np.testing.assert_allclose(b, a, atol=1e-6)

@@ -63,6 +63,9 @@ def test_seeded_initializers_are_reproducible():
         a = np.asarray(cls(seed=3)((4, 5)))
         b = np.asarray(cls(seed=3)((4, 5)))
         np.testing.assert_array_equal(a, b)
+        # As Keras' seeded initializers: the same values at every call.
+        same = cls(seed=3)
+        np.testing.assert_array_equal(same((4, 5)), same((4, 5)))
         config = cls(seed=3).get_config()
         assert cls.from_config(config).get_config() == config
 

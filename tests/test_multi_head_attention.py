@@ -450,3 +450,39 @@ def test_inputs_must_fit_the_built_layer():
     layer(_zeros(1, 3, 6), _zeros(1, 3, 6))
     with pytest.raises(ValueError, match="built for complex feature sizes"):
         layer(_zeros(1, 3, 8), _zeros(1, 3, 6))
+
+
+def test_causal_mask_with_t_not_s(rng):
+    """Top-left aligned, as Keras: query t sees keys s <= t."""
+    query = ref.random_complex(rng, (2, 3, 2))
+    value = ref.random_complex(rng, (2, 5, 2))
+    for softmax in ("real", "naive"):
+        layer = _layer(softmax)
+        out = layer(
+            cvk.to_stacked(query), cvk.to_stacked(value), use_causal_mask=True
+        )
+        _check(layer, out, query, value, value, np.tril(np.ones((3, 5), bool)))
+
+
+def test_numpy_integers_and_mask_lists_are_accepted(rng):
+    layer = ComplexMultiHeadAttention(
+        np.int64(2), np.int32(3), dropout=np.float32(0.1)
+    )
+    assert layer.num_heads == 2 and isinstance(layer.key_dim, int)
+    x = cvk.to_stacked(ref.random_complex(rng, (1, 2, 2)))
+    listed = layer(x, x, attention_mask=[[[True, False], [True, True]]])
+    array = layer(
+        x, x, attention_mask=np.array([[[True, False], [True, True]]])
+    )
+    np.testing.assert_array_equal(listed, array)
+    assert cvk.layers.ComplexDense(np.int64(4)).units == 4
+    with pytest.raises(ValueError, match="input_shape\\[-1\\]=5"):
+        cvk.layers.ComplexDense(2).compute_output_shape((None, 5))
+
+
+def test_core_rejects_mismatched_heads_and_bad_dropout():
+    q = tf.zeros((1, 2, 1, 4))
+    with pytest.raises(ValueError, match="same head width"):
+        att.complex_dot_product_attention(q, tf.zeros((1, 2, 1, 6)), q)
+    with pytest.raises(ValueError, match="dropout='0.1'"):
+        att.complex_dot_product_attention(q, q, q, dropout="0.1")

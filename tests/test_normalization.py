@@ -11,8 +11,9 @@ from cvattn_keras.layers import ComplexBatchNormalization
 from cvattn_keras.layers import ComplexLayerNormalization
 from cvattn_keras.layers import ComplexRMSNormalization
 
-# reference-semantics.md, initial parameters; the table has 6 digits and
-# the port adds epsilon = 1e-5 (1e-4 is the issue's bound).
+# reference-semantics.md, initial parameters. The table has 6 digits and
+# the port adds epsilon = 1e-5 to the variances, which moves these outputs
+# by 9e-6; 1.5e-5 bounds both (the issue allows 1e-4).
 FIXTURES = [
     ([1, 1j, -1, -1j], 1.224745 * np.array([1, 1j, -1, -1j])),
     (
@@ -39,7 +40,7 @@ FIXTURES = [
 @pytest.mark.parametrize("z, expected", FIXTURES)
 def test_layer_norm_reproduces_the_reference_fixtures(z, expected):
     y = ComplexLayerNormalization()(cvk.to_stacked(np.array([z])))
-    np.testing.assert_allclose(cvk.from_stacked(y)[0], expected, atol=1e-4)
+    np.testing.assert_allclose(cvk.from_stacked(y)[0], expected, atol=1.5e-5)
 
 
 def _random_weights(layer, rng):
@@ -218,3 +219,47 @@ def test_odd_channels_and_config_round_trip(layer):
     assert layer.from_config(instance.get_config()).get_config() == (
         instance.get_config()
     )
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e2, 1e3])
+def test_improper_features_at_large_scale_stay_finite(rng, scale):
+    """Re and Im perfectly correlated: C is singular but for epsilon, and in
+    float32 `v + epsilon` rounds to `v` at large scale."""
+    z = (1 + 1j) * scale * rng.standard_normal((4, 6, 8))
+    x = cvk.to_stacked(z)
+    layers = [
+        ComplexLayerNormalization(estimator="biased"),
+        ComplexLayerNormalization(),
+        ComplexBatchNormalization(),
+    ]
+    for layer in layers:
+        y = layer(x, training=True) if "batch" in layer.name else layer(x)
+        assert np.all(np.isfinite(y.numpy())), layer.name
+
+
+@pytest.mark.parametrize("policy", ["bfloat16", "float16", "float64"])
+def test_norms_under_plain_policies(rng, policy):
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 3, 4)))
+    for layer in (
+        ComplexLayerNormalization(dtype=policy),
+        ComplexLayerNormalization(method="naive", dtype=policy),
+        ComplexRMSNormalization(complex_scale=True, dtype=policy),
+        ComplexBatchNormalization(dtype=policy),
+    ):
+        y = layer(x, training=True) if "batch" in layer.name else layer(x)
+        assert keras.backend.standardize_dtype(y.dtype) == policy
+        assert np.all(np.isfinite(np.asarray(y, "float64")))
+
+
+def test_batch_norm_leaves_masked_steps_out(rng):
+    z = ref.random_complex(rng, (4, 6, 3)) + 0.5
+    padded = z.copy()
+    padded[:, 4:] = 100.0  # padding that must not count
+    mask = np.ones((4, 6), bool)
+    mask[:, 4:] = False
+    masked = ComplexBatchNormalization(momentum=0.0)
+    masked(cvk.to_stacked(padded), training=True, mask=mask)
+    plain = ComplexBatchNormalization(momentum=0.0)
+    plain(cvk.to_stacked(z[:, :4]), training=True)
+    for a, b in zip(masked.non_trainable_weights, plain.non_trainable_weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)

@@ -224,3 +224,18 @@ def test_xla_equals_eager(rng):
     eager = layer(x, x)
     compiled = tf.function(lambda a: layer(a, a), jit_compile=True)(x)
     np.testing.assert_allclose(compiled, eager, atol=1e-5)
+
+
+def test_seeded_initializers_give_every_kernel_its_own_values():
+    init = cvk.initializers.ComplexGlorotUniform(seed=7)
+    layer = ComplexTransformerDecoder(2, kernel_initializer=init, seed=3)
+    layer.build((None, 4, 8), (None, 5, 8))
+    kernels = [w.numpy() for w in layer.weights if "kernel" in w.path]
+    assert len(kernels) == 20
+    for i, a in enumerate(kernels):
+        for b in kernels[i + 1 :]:
+            assert a.shape != b.shape or not np.allclose(a, b)
+    again = ComplexTransformerDecoder(2, kernel_initializer=init, seed=3)
+    again.build((None, 4, 8), (None, 5, 8))
+    for a, b in zip(layer.weights, again.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

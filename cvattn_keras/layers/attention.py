@@ -3,23 +3,13 @@
 import keras
 from keras import ops
 
+from cvattn_keras import _validation as check
 from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
 from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
 from cvattn_keras.layers.dense import ComplexDense
-
-
-def _check_positive_int(value, name, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"`{name}` must be a positive integer"
-            f"{' or None' if allow_none else ''}. Received: {name}={value!r}"
-        )
-    return value
 
 
 def _block_einsum(dense, inputs, equation, kernel_shape, in_axis, bias_shape):
@@ -62,10 +52,11 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
 
     with `product="inner"` (`<q, k> = q conj(k)^T`, the reference's "ip") or
     `"bilinear"` (`q k^T`, "cp"). The heads' outputs `W v` are concatenated
-    and projected by `W_o`. CAtt with the inner product is a real attention
-    of head width `2 * key_dim`, and runs through
-    `keras.ops.dot_product_attention` when no scores are requested and no
-    dropout is active.
+    and projected by `W_o`. CAtt is a real attention of head width
+    `2 * key_dim` (for the bilinear product, against conjugated keys), and
+    runs through `keras.ops.dot_product_attention` when no scores are
+    requested and no dropout is active (and, with a mask, outside
+    `cvattn_keras.attention.portable_masking`, which the exporter uses).
 
     The layer reproduces the reference PyTorch implementation: contiguous
     heads, scale `key_dim ** -0.5` on both parts of the score, dropout on the
@@ -93,8 +84,9 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         bias_regularizer, kernel_constraint, bias_constraint: passed to the
             four `ComplexDense` projections (see `ComplexDense`).
         activity_regularizer: applied to the output.
-        seed: int, the seed of the dropout (and, when the initializer is
-            seeded, the projections get distinct derived seeds).
+        seed: int or None, the seed of the attention dropout. (A seeded
+            initializer is seeded separately; each projection and part then
+            gets its own derived seed.)
         **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -103,6 +95,8 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         key: optional `(B, S, 2 * Ek)`, stacked. Defaults to `value`.
         attention_mask: optional boolean mask, `True` = attend, of shape
             `(B, T, S)`, `(T, S)` or `(B, num_heads, T, S)`, broadcastable.
+            A rank-2 mask is `(T, S)`, never a `(B, S)` key padding mask:
+            pass that as `value_mask`, or as `attention_mask[:, None, :]`.
         use_causal_mask: if `True`, query `t` attends to keys `s <= t`
             (top-left aligned, as in `keras.layers.MultiHeadAttention`).
         return_attention_scores: if `True`, also return the attention
@@ -154,36 +148,17 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         seed=None,
         **kwargs,
     ):
-        _check_positive_int(num_heads, "num_heads")
-        _check_positive_int(key_dim, "key_dim")
-        _check_positive_int(value_dim, "value_dim", allow_none=True)
-        _check_positive_int(output_dim, "output_dim", allow_none=True)
+        num_heads = check.positive_int(num_heads, "num_heads")
+        key_dim = check.positive_int(key_dim, "key_dim")
+        value_dim = check.positive_int(value_dim, "value_dim", allow_none=True)
+        output_dim = check.positive_int(
+            output_dim, "output_dim", allow_none=True
+        )
         softmax = core.resolve_softmax(softmax)
         product = core.resolve_product(product)
-        if (
-            isinstance(dropout, bool)
-            or not isinstance(dropout, (int, float))
-            or not 0 <= dropout < 1
-        ):
-            raise ValueError(
-                f"`dropout` must be a float in [0, 1). Received: "
-                f"dropout={dropout!r}"
-            )
-        if scale is not None and (
-            isinstance(scale, bool)
-            or not isinstance(scale, (int, float))
-            or not scale > 0
-        ):
-            raise ValueError(
-                "`scale` must be a positive number or None. "
-                f"Received: scale={scale!r}"
-            )
-        if seed is not None and (
-            isinstance(seed, bool) or not isinstance(seed, int)
-        ):
-            raise ValueError(
-                f"`seed` must be an int or None. Received: seed={seed!r}"
-            )
+        dropout = check.rate(dropout, "dropout")
+        scale = check.greater_than(scale, "scale", allow_none=True)
+        seed = check.seed(seed)
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.supports_masking = True
         self.num_heads = num_heads
@@ -283,8 +258,9 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     def _make_dense(self, name, units, index):
-        # Seeded initializers get distinct seeds per projection and part:
-        # 2 * index for the real kernel, 2 * index + 1 for the imaginary.
+        # A seeded initializer gets a distinct derived seed per projection,
+        # salts 0, 2, 4, 6: ComplexDense derives the imaginary part's with
+        # salt 1, which must not coincide with another projection's.
         return ComplexDense(
             units,
             use_bias=self.use_bias,
@@ -370,6 +346,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         nothing to mask."""
         masks = []
         if attention_mask is not None:
+            attention_mask = ops.convert_to_tensor(attention_mask)
             self._check_mask_shape(attention_mask, query, value)
             masks.append(core.expand_mask(attention_mask))
         if query_mask is not None:  # (B, T) -> (B, 1, T, 1)

@@ -3,18 +3,11 @@
 import keras
 from keras import ops
 
+from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 from cvattn_keras.layers._weights import add_complex_weights
 from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
-
-
-def _positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"`{name}` must be a positive integer. Received: {name}={value!r}"
-        )
-    return value
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -61,10 +54,10 @@ class ComplexConv1D(keras.layers.Layer):
         bias_constraint=None,
         **kwargs,
     ):
-        self.filters = _positive_int(filters, "filters")
-        self.kernel_size = _positive_int(kernel_size, "kernel_size")
-        self.strides = _positive_int(strides, "strides")
-        self.dilation_rate = _positive_int(dilation_rate, "dilation_rate")
+        self.filters = check.positive_int(filters, "filters")
+        self.kernel_size = check.positive_int(kernel_size, "kernel_size")
+        self.strides = check.positive_int(strides, "strides")
+        self.dilation_rate = check.positive_int(dilation_rate, "dilation_rate")
         if padding not in ("valid", "same", "causal"):
             raise ValueError(
                 "`padding` must be 'valid', 'same' or 'causal'. "

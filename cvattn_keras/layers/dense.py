@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 from cvattn_keras.layers._weights import add_complex_weights
 from cvattn_keras.layers._weights import set_weight_options
@@ -65,10 +66,7 @@ class ComplexDense(keras.layers.Layer):
         bias_constraint=None,
         **kwargs,
     ):
-        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-            raise ValueError(
-                f"`units` must be a positive integer. Received: units={units}"
-            )
+        units = check.positive_int(units, "units")
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.units = units
         self.use_bias = bool(use_bias)
@@ -118,7 +116,9 @@ class ComplexDense(keras.layers.Layer):
         return outputs
 
     def compute_output_shape(self, input_shape):
-        return tuple(input_shape)[:-1] + (2 * self.units,)
+        input_shape = tuple(input_shape)
+        cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
+        return input_shape[:-1] + (2 * self.units,)
 
     def get_config(self):
         config = super().get_config()

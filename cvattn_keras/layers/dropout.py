@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
 
@@ -25,17 +26,11 @@ class ComplexDropout(keras.layers.Layer):
     """
 
     def __init__(self, rate, seed=None, **kwargs):
-        if (
-            isinstance(rate, bool)
-            or not isinstance(rate, (int, float))
-            or not 0 <= rate < 1
-        ):
-            raise ValueError(
-                f"`rate` must be a float in [0, 1). Received: rate={rate!r}"
-            )
+        rate = check.rate(rate, "rate")
+        seed = check.seed(seed)
         super().__init__(**kwargs)
         self.supports_masking = True
-        self.rate = float(rate)
+        self.rate = rate
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 

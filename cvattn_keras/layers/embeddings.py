@@ -3,27 +3,20 @@
 import keras
 from keras import ops
 
+from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
 
 def _check_wavelength(max_wavelength):
-    if (
-        isinstance(max_wavelength, bool)
-        or not isinstance(max_wavelength, (int, float))
-        or not max_wavelength > 1
-    ):
-        raise ValueError(
-            "`max_wavelength` must be a number > 1. "
-            f"Received: max_wavelength={max_wavelength!r}"
-        )
-    return float(max_wavelength)
+    return check.greater_than(max_wavelength, "max_wavelength", bound=1.0)
 
 
 def sinusoidal_encoding(length, features, max_wavelength=10000.0, start=0):
     """The reference's real encoding `(length, features)`, float32:
     `PE[p, 2j] = sin(p / w^(j / (E/2)))`, `PE[p, 2j+1] = cos(...)`,
     positions from `start` (Vaswani et al., 2017)."""
-    positions = ops.cast(ops.arange(length), "float32") + start  # (T,)
+    positions = ops.cast(ops.arange(length), "float32")
+    positions = positions + ops.cast(start, "float32")  # (T,)
     index = ops.arange(features)  # (E,)
     pair = ops.cast(index // 2, "float32")
     inverse = ops.power(max_wavelength, -pair / (features / 2.0))

@@ -21,19 +21,12 @@ so no eigendecomposition is needed and every operation is elementwise.
 import keras
 from keras import ops
 
+from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
 
 def _check_epsilon(epsilon):
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
-        raise ValueError(
-            f"`epsilon` must be a positive float. Received: epsilon={epsilon!r}"
-        )
-    if not epsilon > 0:
-        raise ValueError(
-            f"`epsilon` must be positive. Received: epsilon={epsilon!r}"
-        )
-    return float(epsilon)
+    return check.greater_than(epsilon, "epsilon")
 
 
 def _features(input_shape, layer):
@@ -47,10 +40,11 @@ def _features(input_shape, layer):
     return cx.check_even(input_shape[-1], "input_shape[-1]", input_shape) // 2
 
 
-def _inverse_sqrt_2x2(a, d, b):
+def _inverse_sqrt_2x2(a, d, b, det):
     """Entries `(p, q, r)` of `[[p, r], [r, q]] = sqrtm([[a, b], [b, d]])^-1`
-    for symmetric positive definite input (elementwise over tensors)."""
-    s = ops.sqrt(a * d - b * b)
+    for symmetric positive definite input with determinant `det`
+    (elementwise over tensors)."""
+    s = ops.sqrt(det)
     t = ops.sqrt(a + d + 2.0 * s)
     st = s * t
     return (d + s) / st, (a + s) / st, -b / st
@@ -66,13 +60,27 @@ def _sqrt_2x2(a, d, b):
     return (a + s) / t, (d + s) / t, b / t
 
 
-def whiten(real, imag, v_rr, v_ii, v_ri):
-    """`C^-1/2 [real; imag]` for the covariance entries `v_rr, v_ii, v_ri`.
+def whiten(real, imag, v_rr, v_ii, v_ri, epsilon):
+    """`(C + epsilon I)^-1/2 [real; imag]` for the covariance entries
+    `v_rr, v_ii, v_ri`. All arguments broadcast; returns `(real, imag)`.
 
-    All arguments broadcast; returns `(real, imag)`.
+    The determinant is expanded as `(v_rr v_ii - v_ri^2) + epsilon (v_rr +
+    v_ii) + epsilon^2` rather than computed from `v + epsilon`: for strongly
+    correlated (improper) features at large scale, `v + epsilon` rounds to
+    `v` in float32 and the determinant would cancel to 0 or below (NaN).
     """
-    p, q, r = _inverse_sqrt_2x2(v_rr, v_ii, v_ri)
+    det = (
+        ops.maximum(v_rr * v_ii - v_ri * v_ri, 0.0)
+        + epsilon * (v_rr + v_ii)
+        + epsilon * epsilon
+    )
+    p, q, r = _inverse_sqrt_2x2(v_rr + epsilon, v_ii + epsilon, v_ri, det)
     return p * real + r * imag, r * real + q * imag
+
+
+def _stat_dtype(layer):
+    """Statistics in float32, or float64 under a float64 policy."""
+    return "float64" if layer.compute_dtype == "float64" else "float32"
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -196,7 +204,8 @@ class ComplexLayerNormalization(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        real, imag = cx.split(ops.cast(inputs, "float32"))  # (..., E) each
+        # (..., E) each, in float32 (float64 under a float64 policy).
+        real, imag = cx.split(ops.cast(inputs, _stat_dtype(self)))
         if self.method == "naive":
             real, imag = self._naive(real, imag)
         else:
@@ -212,9 +221,13 @@ class ComplexLayerNormalization(keras.layers.Layer):
             variance = ops.var(part, axis=-1, keepdims=True)
             part = (part - mean) * ops.rsqrt(variance + self.epsilon)
             if self.scale:
-                part = part * getattr(self, f"gamma_{suffix}")
+                part = part * ops.cast(
+                    getattr(self, f"gamma_{suffix}"), part.dtype
+                )
             if self.center:
-                part = part + getattr(self, f"beta_{suffix}")
+                part = part + ops.cast(
+                    getattr(self, f"beta_{suffix}"), part.dtype
+                )
             parts.append(part)
         return parts
 
@@ -226,17 +239,17 @@ class ComplexLayerNormalization(keras.layers.Layer):
         v_rr = ops.sum(real * real, axis=-1, keepdims=True) / divisor
         v_ii = ops.sum(imag * imag, axis=-1, keepdims=True) / divisor
         v_ri = ops.mean(real * imag, axis=-1, keepdims=True)
-        real, imag = whiten(
-            real, imag, v_rr + self.epsilon, v_ii + self.epsilon, v_ri
-        )
+        real, imag = whiten(real, imag, v_rr, v_ii, v_ri, self.epsilon)
         if self.scale:
-            w0, w1 = self.w0, self.w1
-            rho = (2.0 * ops.sigmoid(self.w2) - 1.0) * ops.abs(w0 * w1)
+            w0, w1, w2 = (
+                ops.cast(w, real.dtype) for w in (self.w0, self.w1, self.w2)
+            )
+            rho = (2.0 * ops.sigmoid(w2) - 1.0) * ops.abs(w0 * w1)
             p, q, r = _sqrt_2x2(w0 * w0, w1 * w1, rho)
             real, imag = p * real + r * imag, r * real + q * imag
         if self.center:
-            real = real + self.bias_real
-            imag = imag + self.bias_imag
+            real = real + ops.cast(self.bias_real, real.dtype)
+            imag = imag + ops.cast(self.bias_imag, imag.dtype)
         return real, imag
 
     def compute_output_shape(self, input_shape):
@@ -298,14 +311,15 @@ class ComplexRMSNormalization(keras.layers.Layer):
             )
 
     def call(self, inputs):
-        x = ops.cast(inputs, "float32")
+        x = ops.cast(inputs, _stat_dtype(self))
         power = ops.mean(ops.square(x), axis=-1, keepdims=True) * 2.0
         x = x * ops.rsqrt(power + self.epsilon)  # mean |z|^2 = 2 mean(x^2)
+        scale_real = ops.cast(self.scale_real, x.dtype)
         if self.complex_scale:
-            scale = ops.concatenate([self.scale_real, self.scale_imag], -1)
-            x = cx.multiply(x, scale)
+            scale_imag = ops.cast(self.scale_imag, x.dtype)
+            x = cx.multiply(x, ops.concatenate([scale_real, scale_imag], -1))
         else:
-            x = x * ops.concatenate([self.scale_real, self.scale_real], -1)
+            x = x * ops.concatenate([scale_real, scale_real], -1)
         return ops.cast(x, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
@@ -317,6 +331,31 @@ class ComplexRMSNormalization(keras.layers.Layer):
             "epsilon": self.epsilon,
             "complex_scale": self.complex_scale,
         }
+
+
+def _moments(real, imag, mask=None):
+    """Biased covariance entries and means per feature over every axis but
+    the last; steps where `mask` (the input's shape without the last axis)
+    is False are left out. Returns `(v_rr, v_ii, v_ri, mean_r, mean_i)`."""
+    axes = tuple(range(len(real.shape) - 1))
+    if mask is None:
+        weights = ops.ones_like(real[..., :1])
+    else:
+        weights = ops.cast(mask, real.dtype)[..., None]
+    count = ops.maximum(ops.sum(weights, axis=axes), 1.0)
+
+    def average(x):
+        return ops.sum(x * weights, axis=axes) / count
+
+    mean_r, mean_i = average(real), average(imag)
+    real, imag = real - mean_r, imag - mean_i
+    return (
+        average(real * real),
+        average(imag * imag),
+        average(real * imag),
+        mean_r,
+        mean_i,
+    )
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -333,7 +372,8 @@ class ComplexBatchNormalization(keras.layers.Layer):
     `G = [[gamma_rr, gamma_ri], [gamma_ri, gamma_ii]]` initialised
     `I / sqrt(2)` (output complex variance 1) and a complex `beta`.
 
-    `epsilon` is added to both variances; the reference uses 1e-9.
+    `epsilon` is added to both variances; the reference uses 1e-9. Steps
+    masked by Keras masking (or `mask`) are left out of the statistics.
 
     Args:
         momentum: float in [0, 1). Defaults to `0.99`.
@@ -344,20 +384,13 @@ class ComplexBatchNormalization(keras.layers.Layer):
     Call arguments:
         inputs: `(B, ..., 2E)` stacked.
         training: batch statistics (and updates) when `True`.
+        mask: optional boolean `(B, ...)`, False for padded steps.
     """
 
     def __init__(
         self, momentum=0.99, epsilon=1e-5, center=True, scale=True, **kwargs
     ):
-        if (
-            isinstance(momentum, bool)
-            or not isinstance(momentum, (int, float))
-            or not 0 <= momentum < 1
-        ):
-            raise ValueError(
-                "`momentum` must be a float in [0, 1). "
-                f"Received: momentum={momentum!r}"
-            )
+        momentum = check.rate(momentum, "momentum")
         epsilon = _check_epsilon(epsilon)
         super().__init__(**kwargs)
         self.supports_masking = True
@@ -395,16 +428,16 @@ class ComplexBatchNormalization(keras.layers.Layer):
             self.beta_real = weight("beta_real", "zeros")
             self.beta_imag = weight("beta_imag", "zeros")
 
-    def call(self, inputs, training=False):
-        real, imag = cx.split(ops.cast(inputs, "float32"))
+    def call(self, inputs, training=False, mask=None):
+        dtype = _stat_dtype(self)
+        real, imag = cx.split(ops.cast(inputs, dtype))  # (B, ..., E) each
+
+        def weight(variable):
+            return ops.cast(variable, dtype)
+
         if training:
-            axes = tuple(range(len(real.shape) - 1))
-            mean_r = ops.mean(real, axis=axes)
-            mean_i = ops.mean(imag, axis=axes)
+            v_rr, v_ii, v_ri, mean_r, mean_i = _moments(real, imag, mask)
             real, imag = real - mean_r, imag - mean_i
-            v_rr = ops.mean(real * real, axis=axes)
-            v_ii = ops.mean(imag * imag, axis=axes)
-            v_ri = ops.mean(real * imag, axis=axes)
             for moving, batch in (
                 (self.moving_mean_real, mean_r),
                 (self.moving_mean_imag, mean_i),
@@ -412,25 +445,25 @@ class ComplexBatchNormalization(keras.layers.Layer):
                 (self.moving_var_ii, v_ii),
                 (self.moving_cov_ri, v_ri),
             ):
-                moving.assign(
-                    self.momentum * moving + (1.0 - self.momentum) * batch
+                updated = (
+                    self.momentum * weight(moving)
+                    + (1.0 - self.momentum) * batch
                 )
+                moving.assign(ops.cast(updated, moving.dtype))
         else:
-            real = real - self.moving_mean_real
-            imag = imag - self.moving_mean_imag
-            v_rr, v_ii = self.moving_var_rr, self.moving_var_ii
-            v_ri = self.moving_cov_ri
-        real, imag = whiten(
-            real, imag, v_rr + self.epsilon, v_ii + self.epsilon, v_ri
-        )
+            real = real - weight(self.moving_mean_real)
+            imag = imag - weight(self.moving_mean_imag)
+            v_rr, v_ii = weight(self.moving_var_rr), weight(self.moving_var_ii)
+            v_ri = weight(self.moving_cov_ri)
+        real, imag = whiten(real, imag, v_rr, v_ii, v_ri, self.epsilon)
         if self.scale:
-            real, imag = (
-                self.gamma_rr * real + self.gamma_ri * imag,
-                self.gamma_ri * real + self.gamma_ii * imag,
+            g_rr, g_ii, g_ri = (
+                weight(g) for g in (self.gamma_rr, self.gamma_ii, self.gamma_ri)
             )
+            real, imag = g_rr * real + g_ri * imag, g_ri * real + g_ii * imag
         if self.center:
-            real = real + self.beta_real
-            imag = imag + self.beta_imag
+            real = real + weight(self.beta_real)
+            imag = imag + weight(self.beta_imag)
         return ops.cast(
             ops.concatenate([real, imag], axis=-1), self.compute_dtype
         )

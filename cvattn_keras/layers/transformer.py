@@ -2,6 +2,7 @@
 
 import keras
 
+from cvattn_keras import _validation as check
 from cvattn_keras import activations
 from cvattn_keras import attention as core
 from cvattn_keras import initializers as cinit
@@ -39,51 +40,30 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         seed=None,
         **kwargs,
     ):
-        for name, value in (
-            ("num_heads", num_heads),
-            ("intermediate_dim", intermediate_dim),
-            ("key_dim", key_dim),
-        ):
-            if value is None and name != "num_heads":
-                continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or (value < 1)
-            ):
-                raise ValueError(
-                    f"`{name}` must be a positive integer. "
-                    f"Received: {name}={value!r}"
-                )
-        for name, rate in (
-            ("dropout", dropout),
-            ("attention_dropout", attention_dropout),
-        ):
-            if (
-                isinstance(rate, bool)
-                or not isinstance(rate, (int, float))
-                or not 0 <= rate < 1
-            ):
-                raise ValueError(
-                    f"`{name}` must be a float in [0, 1). "
-                    f"Received: {name}={rate!r}"
-                )
+        num_heads = check.positive_int(num_heads, "num_heads")
+        intermediate_dim = check.positive_int(
+            intermediate_dim, "intermediate_dim", allow_none=True
+        )
+        key_dim = check.positive_int(key_dim, "key_dim", allow_none=True)
+        dropout = check.rate(dropout, "dropout")
+        attention_dropout = check.rate(attention_dropout, "attention_dropout")
+        if not isinstance(activation, str):
+            raise ValueError(
+                "`activation` must be the name of a complex activation or "
+                f"'modrelu'. Received: activation={activation!r}"
+            )
+        activation = activation.lower()
         if activation != "modrelu":
             activations.get(activation)  # raises for unknown names
+        seed = check.seed(seed)
         if normalization not in NORMALIZATIONS:
             raise ValueError(
                 f"`normalization` must be one of {list(NORMALIZATIONS)}. "
                 f"Received: normalization={normalization!r}"
             )
-        if (
-            isinstance(layer_norm_epsilon, bool)
-            or not isinstance(layer_norm_epsilon, (int, float))
-            or not layer_norm_epsilon > 0
-        ):
-            raise ValueError(
-                "`layer_norm_epsilon` must be positive. "
-                f"Received: layer_norm_epsilon={layer_norm_epsilon!r}"
-            )
+        layer_norm_epsilon = check.greater_than(
+            layer_norm_epsilon, "layer_norm_epsilon"
+        )
         super().__init__(**kwargs)
         self.supports_masking = True
         self.num_heads = num_heads
@@ -116,6 +96,26 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             name=name,
         )
 
+    # Each sublayer's salt: seeded initializers and dropouts get distinct
+    # derived seeds, so no two sublayers start with the same weights.
+    _SALTS = {
+        "self_attention": 1,
+        "cross_attention": 2,
+        "feedforward_in": 3,
+        "feedforward_out": 4,
+        "feedforward_dropout": 5,
+    }
+
+    def _initializers(self, name):
+        salt = self._SALTS[name]
+        return dict(
+            kernel_initializer=cinit.clone(self.kernel_initializer, salt),
+            bias_initializer=cinit.clone(self.bias_initializer, salt),
+        )
+
+    def _seed(self, name):
+        return None if self.seed is None else self.seed + self._SALTS[name]
+
     def _attention(self, features, name):
         return ComplexMultiHeadAttention(
             self.num_heads,
@@ -123,9 +123,8 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             softmax=self.softmax,
             product=self.product,
             dropout=self.attention_dropout,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            seed=self.seed,
+            seed=self._seed(name),
+            **self._initializers(name),
             **self._common(name),
         )
 
@@ -144,8 +143,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         width = self.intermediate_dim or features
         self.feedforward_in = ComplexDense(
             width,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
+            **self._initializers("feedforward_in"),
             **self._common("feedforward_in"),
         )
         if self.activation == "modrelu":
@@ -157,12 +155,13 @@ class _ComplexTransformerBlock(keras.layers.Layer):
                 self.activation, **self._common("feedforward_activation")
             )
         self.feedforward_dropout = ComplexDropout(
-            self.dropout, seed=self.seed, **self._common("feedforward_dropout")
+            self.dropout,
+            seed=self._seed("feedforward_dropout"),
+            **self._common("feedforward_dropout"),
         )
         self.feedforward_out = ComplexDense(
             features,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
+            **self._initializers("feedforward_out"),
             **self._common("feedforward_out"),
         )
         self.feedforward_norm = self._norm("feedforward_norm")
