@@ -11,6 +11,27 @@ Eilers & Jiang (2023, §4) transcribe music from complex STFT frames:
 Sizes are arguments; the defaults are the paper's: E = 320 complex
 features, 8 heads, 6 layers (6 + 6 for generation), 2048 frequency bins,
 128 notes, attention dropout 0.1, a 2048-wide head.
+
+Parameter counts of the defaults (Keras counts real numbers: a complex
+weight is two):
+
+| part                               | classifier  | generator   |
+| ---------------------------------- | ----------- | ----------- |
+| front end: Conv1D(2048 -> 320, k=3) | 3,932,800   | 3,932,800   |
+| front-end BatchNorm (1,600 moving)  | 3,200       | 3,200       |
+| embedding ComplexDense(320)         | 205,440     | 205,440     |
+| 6 encoder layers                    | 7,415,040   | 7,415,040   |
+| note embedding ComplexDense(320)    |             | 82,560      |
+| 6 decoder layers                    |             | 12,355,200  |
+| head 320 -> 2048 -> 128, Linear(2->1) | 1,839,363 | 1,839,363   |
+| total                               | 13,395,843  | 25,833,603  |
+
+The reference reports 14,421,347 and 26,853,347 (PyTorch's count). The
+attention, feed-forward, norm and head blocks follow its formulas (a
+ComplexLinear(in, out) holds 2 in out + 2 out reals); both totals differ by
+about 1.02 M, i.e. in the part the two models share, the front end, whose
+exact configuration (kernel size, channels) reference-semantics.md does not
+record. `conv_kernel_size` and `embed_dim` change it.
 """
 
 import keras
