@@ -48,16 +48,19 @@ __all__ = [
 ]
 
 
-def _front_end(inputs, embed_dim, kernel_size):
-    """Complex Conv1D over frames + BatchNorm + activation, then a
-    ComplexDense embedding and the sinusoidal positions."""
+def _encode(inputs, embed_dim, kernel_size, num_layers, **encoder_args):
+    """Complex Conv1D over frames + BatchNorm + activation, a ComplexDense
+    embedding, the sinusoidal positions, then `num_layers` encoder layers."""
     x = cl.ComplexConv1D(
         embed_dim, kernel_size, padding="same", name="frontend_conv"
     )(inputs)
     x = cl.ComplexBatchNormalization(name="frontend_norm")(x)
     x = cl.ComplexActivation("split_leaky_relu", name="frontend_act")(x)
     x = cl.ComplexDense(embed_dim, name="embedding")(x)
-    return cl.SinusoidalPositionalEncoding(name="positions")(x)
+    x = cl.SinusoidalPositionalEncoding(name="positions")(x)
+    for i in range(num_layers):
+        x = cl.ComplexTransformerEncoder(name=f"encoder_{i}", **encoder_args)(x)
+    return x
 
 
 def _head(x, head_dim, notes, dropout, prefix=""):
@@ -109,16 +112,17 @@ def music_classifier(
         An uncompiled `keras.Model`.
     """
     inputs = keras.Input((frames, 2 * bins), name="spectra")
-    x = _front_end(inputs, embed_dim, conv_kernel_size)
-    for i in range(num_layers):
-        x = cl.ComplexTransformerEncoder(
-            num_heads,
-            intermediate_dim=intermediate_dim,
-            softmax=softmax,
-            product=product,
-            attention_dropout=dropout,
-            name=f"encoder_{i}",
-        )(x)
+    x = _encode(
+        inputs,
+        embed_dim,
+        conv_kernel_size,
+        num_layers,
+        num_heads=num_heads,
+        intermediate_dim=intermediate_dim,
+        softmax=softmax,
+        product=product,
+        attention_dropout=dropout,
+    )
     return keras.Model(inputs, _head(x, head_dim, notes, dropout), name=name)
 
 
@@ -155,28 +159,23 @@ def music_generator(
     """
     spectra = keras.Input((source_frames, 2 * bins), name="spectra")
     previous = keras.Input((target_frames, notes), name="previous_notes")
-    memory = _front_end(spectra, embed_dim, conv_kernel_size)
-    for i in range(num_layers):
-        memory = cl.ComplexTransformerEncoder(
-            num_heads,
-            intermediate_dim=intermediate_dim,
-            softmax=softmax,
-            product=product,
-            attention_dropout=dropout,
-            name=f"encoder_{i}",
-        )(memory)
+    layer_args = dict(
+        num_heads=num_heads,
+        intermediate_dim=intermediate_dim,
+        softmax=softmax,
+        product=product,
+        attention_dropout=dropout,
+    )
+    memory = _encode(
+        spectra, embed_dim, conv_kernel_size, num_layers, **layer_args
+    )
     x = cl.ComplexFromReal(name="notes_as_complex")(previous)
     x = cl.ComplexDense(embed_dim, name="note_embedding")(x)
     x = cl.SinusoidalPositionalEncoding(name="target_positions")(x)
     for i in range(num_layers):
-        x = cl.ComplexTransformerDecoder(
-            num_heads,
-            intermediate_dim=intermediate_dim,
-            softmax=softmax,
-            product=product,
-            attention_dropout=dropout,
-            name=f"decoder_{i}",
-        )(x, memory)
+        x = cl.ComplexTransformerDecoder(name=f"decoder_{i}", **layer_args)(
+            x, memory
+        )
     logits = _head(x, head_dim, notes, dropout)
     return keras.Model([spectra, previous], logits, name=name)
 
