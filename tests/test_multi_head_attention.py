@@ -486,3 +486,31 @@ def test_core_rejects_mismatched_heads_and_bad_dropout():
         att.complex_dot_product_attention(q, tf.zeros((1, 2, 1, 6)), q)
     with pytest.raises(ValueError, match="dropout='0.1'"):
         att.complex_dot_product_attention(q, q, q, dropout="0.1")
+
+
+def test_rotary_position_encoding_matches_numpy(rng):
+    x = ref.random_complex(rng, (2, 5, 4))
+    layer = _layer("abs", rotary_max_wavelength=100)
+    out, scores = layer(
+        cvk.to_stacked(x), cvk.to_stacked(x), return_attention_scores=True
+    )
+    # Reference: rotate each head's projected queries and keys.
+    params = ref.attention_params(layer)
+    theta = 100.0 ** (-np.arange(3) / 3)  # key_dim = 3 complex features
+    turn = np.exp(1j * np.arange(5)[:, None] * theta)  # (T, H)
+
+    def heads(z):
+        return z.reshape(2, 5, 2, 3).transpose(0, 2, 1, 3)
+
+    q = heads(ref.dense(x, *params["query"])) * turn
+    k = heads(ref.dense(x, *params["key"])) * turn
+    v = heads(ref.dense(x, *params["value"]))
+    merged, weights = ref.attention(q, k, v, "abs", "inner", 3**-0.5)
+    merged = merged.transpose(0, 2, 1, 3).reshape(2, 5, 6)
+    expected = ref.dense(merged, *params["output"])
+    np.testing.assert_allclose(
+        cvk.from_stacked(out, "complex128"), expected, atol=ATOL
+    )
+    np.testing.assert_allclose(
+        cvk.from_stacked(scores, "complex128"), weights, atol=ATOL
+    )

@@ -239,3 +239,15 @@ def test_seeded_initializers_give_every_kernel_its_own_values():
     again.build((None, 4, 8), (None, 5, 8))
     for a, b in zip(layer.weights, again.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_rotary_option_reaches_every_attention(rng):
+    layer = ComplexTransformerDecoder(2, rotary_max_wavelength=500)
+    x = cvk.to_stacked(ref.random_complex(rng, (1, 3, 4)))
+    layer(x, x)
+    assert layer.self_attention.rotary_max_wavelength == 500
+    assert layer.cross_attention.rotary is not None
+    clone = ComplexTransformerDecoder.from_config(layer.get_config())
+    assert clone.rotary_max_wavelength == 500
+    with pytest.raises(ValueError, match="rotary_max_wavelength=1"):
+        ComplexTransformerEncoder(2, rotary_max_wavelength=1)

@@ -10,6 +10,7 @@ from cvattn_keras import initializers as cinit
 from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
 from cvattn_keras.layers.dense import ComplexDense
+from cvattn_keras.layers.embeddings import ComplexRotaryEmbedding
 
 
 def _block_einsum(dense, inputs, equation, kernel_shape, in_axis, bias_shape):
@@ -84,6 +85,12 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         bias_regularizer, kernel_constraint, bias_constraint: passed to the
             four `ComplexDense` projections (see `ComplexDense`).
         activity_regularizer: applied to the output.
+        rotary_max_wavelength: if set (e.g. 10000), complex rotary position
+            encoding of the projected queries and keys: feature `j` of the
+            token at position `p` is multiplied by `exp(i p theta_j)`,
+            `theta_j = rotary_max_wavelength^(-j / key_dim)`, so that the
+            inner-product scores depend on relative positions only.
+            Defaults to `None` (no rotation).
         seed: int or None, the seed of the attention dropout. (A seeded
             initializer is seeded separately; each projection and part then
             gets its own derived seed.)
@@ -146,6 +153,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         kernel_constraint=None,
         bias_constraint=None,
         seed=None,
+        rotary_max_wavelength=None,
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
@@ -159,6 +167,9 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         dropout = check.rate(dropout, "dropout")
         scale = check.greater_than(scale, "scale", allow_none=True)
         seed = check.seed(seed)
+        rotary_max_wavelength = check.greater_than(
+            rotary_max_wavelength, "rotary_max_wavelength", 1.0, True
+        )
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.supports_masking = True
         self.num_heads = num_heads
@@ -181,6 +192,12 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             bias_constraint=bias_constraint,
         )
         self.seed = seed
+        self.rotary_max_wavelength = rotary_max_wavelength
+        self.rotary = None
+        if rotary_max_wavelength is not None:
+            self.rotary = ComplexRotaryEmbedding(
+                rotary_max_wavelength, dtype=self.dtype_policy, name="rotary"
+            )
         self.seed_generator = (
             keras.random.SeedGenerator(seed) if self.dropout > 0 else None
         )
@@ -425,6 +442,10 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         # (B, T, N, 2H), (B, S, N, 2H), (B, S, N, 2V)
         query = self._project_to_heads(self.query_dense, query, self.key_dim)
         key = self._project_to_heads(self.key_dense, key, self.key_dim)
+        if self.rotary is not None:
+            # Feature j at position p turns by exp(i p theta_j): the scores
+            # <q_t, k_s> then depend on t - s (see ComplexRotaryEmbedding).
+            query, key = self.rotary(query), self.rotary(key)
         value = self._project_to_heads(self.value_dense, value, self.value_dim)
         outputs, scores = self._compute_attention(
             query, key, value, mask, training, return_attention_scores
@@ -477,6 +498,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                 "scale": self._scale_arg,
                 **weight_options_config(self),
                 "seed": self.seed,
+                "rotary_max_wavelength": self.rotary_max_wavelength,
             }
         )
         return config

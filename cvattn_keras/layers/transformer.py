@@ -38,6 +38,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         kernel_initializer="complex_glorot_uniform",
         bias_initializer="zeros",
         seed=None,
+        rotary_max_wavelength=None,
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
@@ -56,6 +57,9 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         if activation != "modrelu":
             activations.get(activation)  # raises for unknown names
         seed = check.seed(seed)
+        rotary_max_wavelength = check.greater_than(
+            rotary_max_wavelength, "rotary_max_wavelength", 1.0, True
+        )
         if normalization not in NORMALIZATIONS:
             raise ValueError(
                 f"`normalization` must be one of {list(NORMALIZATIONS)}. "
@@ -80,6 +84,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         self.kernel_initializer = cinit.get(kernel_initializer)
         self.bias_initializer = cinit.get(bias_initializer)
         self.seed = seed
+        self.rotary_max_wavelength = rotary_max_wavelength
 
     def _features(self, shape):
         features = _features(shape, type(self).__name__)
@@ -123,6 +128,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             softmax=self.softmax,
             product=self.product,
             dropout=self.attention_dropout,
+            rotary_max_wavelength=self.rotary_max_wavelength,
             seed=self._seed(name),
             **self._initializers(name),
             **self._common(name),
@@ -207,6 +213,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
                 self.bias_initializer
             ),
             "seed": self.seed,
+            "rotary_max_wavelength": self.rotary_max_wavelength,
         }
 
 
@@ -232,6 +239,9 @@ _BLOCK_ARGS = """
         layer_norm_epsilon: epsilon of the normalizations. Default `1e-5`.
         kernel_initializer, bias_initializer: of every projection.
         seed: int or None, for the dropouts.
+        rotary_max_wavelength: complex rotary position encoding in every
+            attention (see `ComplexMultiHeadAttention`); `None` (default)
+            for none.
         **kwargs: base `Layer` arguments.
 """
 
