@@ -626,7 +626,7 @@ def bench_sweep(args):
         functions = {
             name: compiled(c, "forward", jit) for name, c in candidates.items()
         }
-        repeats = max(3, args.repeats * 256 // max(length, 256))
+        repeats = max(5, args.repeats * 256 // max(length, 256))
         timed = time_round_robin(functions, repeats, warmup=1)
         rows.append(
             dict(length=length, jit=jit, repeats=repeats)
