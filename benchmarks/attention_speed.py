@@ -30,8 +30,8 @@ Run:  python benchmarks/attention_speed.py [--quick] [--json out.json]
           [--no-sweep] [--no-dense] [--plot sweep.png] [--tflite]
 
 The default (every variant, both shapes, both passes, jit on, layer level,
-ComplexDense, sweep to T = 4096) takes about 5 minutes on 2 CPU cores;
-`--quick` about 1 minute; `--jit on,off --level layer,core` about 15.
+ComplexDense, sweep to T = 4096) takes about 3 minutes on 2 CPU cores;
+`--quick` under 1 minute; `--jit on,off --tflite` about 6.
 """
 
 import argparse
