@@ -1,0 +1,35 @@
+"""The layers on the JAX and PyTorch backends, when installed.
+
+Layer code uses `keras.ops` only; this runs `backend_smoke.py` (parity of
+every variant against NumPy, the all-blocks model's fit and `.keras` round
+trip) in a subprocess per backend. The project installs neither backend, so
+in CI these are skipped; install `jax` or `torch` to run them.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "backend_smoke.py")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "backend, module", [("jax", "jax"), ("torch", "torch")]
+)
+def test_backend(backend, module):
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed")
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    result = subprocess.run(
+        [sys.executable, SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"backend {backend}:" in result.stdout
