@@ -292,25 +292,41 @@ def times_i(x):
     return ops.concatenate([-im, re], axis=-1)
 
 
-def modulus_and_sign(x):
+def modulus_and_sign(x, scaled=False):
     """The modulus `|z|` `(..., n)` and the sign `z / |z|` (stacked
     `(..., 2n)`) of a stacked tensor, sharing one square root.
 
     At 0 both are 0 with a zero gradient, never NaN (PyTorch's convention
     for `abs` and `sgn`); a plain `sqrt(re**2 + im**2)` has an infinite
     derivative there.
+
+    Args:
+        x: stacked `(..., 2n)`.
+        scaled: compute `|z| = m sqrt(1 + (s/m)^2)` with `m = max(|re|,
+            |im|)`, `s = min(...)`, instead of `sqrt(re^2 + im^2)`. No
+            intermediate leaves the data's range (no squares of it), which
+            int8 quantization (calibrated ranges) and half precision
+            (overflow above 256) need; it costs a few more elementwise ops.
     """
     planes = split_planes(x)  # (..., 2, n)
-    squared = ops.sum(planes * planes, axis=-2)  # (..., n)
-    nonzero = squared > 0
-    # Where z = 0, take the root of 1 instead: the branch that `where`
-    # discards must have a finite value and gradient too, or its NaN leaks
-    # into the gradient. Dividing re and im by the root (rather than
-    # multiplying by 1/|z|) keeps every intermediate within [-1, 1] or the
-    # data's range, which int8 quantization needs. The planes view lets one
-    # broadcast divide both parts, with no slicing or concatenating copies.
-    root = ops.sqrt(ops.where(nonzero, squared, ops.ones_like(squared)))
-    magnitude = ops.where(nonzero, root, ops.zeros_like(squared))
+    if scaled:
+        parts = ops.abs(planes)
+        largest = ops.max(parts, axis=-2)  # (..., n)
+        nonzero = largest > 0
+        safe = ops.where(nonzero, largest, ops.ones_like(largest))
+        ratio = ops.min(parts, axis=-2) / safe  # in [0, 1]
+        root = safe * ops.sqrt(1.0 + ratio * ratio)
+    else:
+        squared = ops.sum(planes * planes, axis=-2)  # (..., n)
+        nonzero = squared > 0
+        # Where z = 0, take the root of 1 instead: the branch that `where`
+        # discards must have a finite value and gradient too, or its NaN
+        # leaks into the gradient.
+        root = ops.sqrt(ops.where(nonzero, squared, ops.ones_like(squared)))
+    magnitude = ops.where(nonzero, root, ops.zeros_like(root))
+    # Dividing re and im by the root (rather than multiplying by 1/|z|)
+    # keeps the phase within [-1, 1]. The planes view lets one broadcast
+    # divide both parts, with no slicing or concatenating copies.
     nonzero, root = ops.expand_dims(nonzero, -2), ops.expand_dims(root, -2)
     phase = ops.where(nonzero, planes / root, ops.zeros_like(planes))
     return magnitude, merge_planes(phase)

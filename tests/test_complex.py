@@ -136,3 +136,28 @@ def test_modulus_and_sign_at_zero_are_zero_with_zero_gradient():
     # d|z|/d(re, im) at z = 3 + 4i is (re, im) / |z|; at z = 0 it is 0.
     np.testing.assert_allclose(grad_m, [[0.0, 0.6, 0.0, 0.8]], atol=1e-7)
     assert grad_s[0, 0] == 0 and grad_s[0, 2] == 0
+
+
+def test_scaled_modulus_and_sign_agree_with_numpy(rng):
+    z = _z(rng, (4, 5)) * np.logspace(-3, 3, 5)  # small to large moduli
+    z[0, 0] = 0
+    x = tf.constant(cvk.to_stacked(z))
+    for scaled in (False, True):
+        magnitude, phase = cx.modulus_and_sign(x, scaled=scaled)
+        np.testing.assert_allclose(magnitude, np.abs(z), rtol=1e-6)
+        expected = np.where(np.abs(z) > 0, z / np.maximum(np.abs(z), 1e-300), 0)
+        np.testing.assert_allclose(
+            cvk.from_stacked(phase), expected, rtol=1e-6, atol=1e-7
+        )
+
+
+def test_scaled_modulus_has_zero_gradient_at_zero():
+    x = tf.constant([[0.0, 3.0, 0.0, -4.0]])  # z = [0, 3 - 4i]
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        magnitude, phase = cx.modulus_and_sign(x, scaled=True)
+        loss = tf.reduce_sum(magnitude) + tf.reduce_sum(phase)
+    grad = tape.gradient(loss, x).numpy()
+    assert np.all(np.isfinite(grad))
+    assert grad[0, 0] == 0 and grad[0, 2] == 0
+    np.testing.assert_allclose(magnitude, [[0.0, 5.0]])

@@ -152,6 +152,27 @@ def test_float16_file_has_no_nan_on_fully_masked_rows(rng, tmp_path):
     assert report.max_rel_error <= 5e-3
 
 
+@pytest.mark.parametrize("softmax", ["real", "abs"])
+def test_int8_masked_attention_stays_accurate(tmp_path, softmax):
+    """Masks and moduli are traced so that int8 calibration sees only the
+    data's range. Measured when written: CAtt 2.3%, APAtt 5.4% of the output
+    scale (a -1e30 mask fill gave 60%; squaring the scores, 8.6%)."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6, 16), name="query")
+    x = cvk.layers.ComplexDense(16)(inputs)
+    x = cvk.layers.ComplexMultiHeadAttention(2, 8, softmax=softmax)(
+        x, x, use_causal_mask=True
+    )
+    model = keras.Model(inputs, x)
+    data = np.random.default_rng(0).standard_normal((64, 6, 16))
+    data = data.astype("float32")
+    path = cvk.export.export_tflite(
+        model, tmp_path / "m.tflite", "int8", representative_data=data
+    )
+    report = cvk.export.verify_tflite(path, model, data[:8])
+    assert report.max_rel_error <= {"real": 0.06, "abs": 0.1}[softmax], report
+
+
 # ----------------------------------------------------------------------
 # Bad input and non-builtin ops.
 # ----------------------------------------------------------------------
