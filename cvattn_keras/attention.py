@@ -420,6 +420,4 @@ def _dropout(weights, softmax, rate, seed):
     """Dropout on the weights, one Bernoulli mask shared by both parts."""
     if softmax in _REAL_WEIGHTS:
         return random.dropout(weights, rate, seed=seed)
-    re, im = cx.split(weights)
-    keep = random.dropout(ops.ones_like(re), rate, seed=seed)  # 0 or 1/(1-p)
-    return cx.merge(re * keep, im * keep)
+    return cx.dropout(weights, rate, seed=seed)

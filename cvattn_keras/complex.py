@@ -24,11 +24,13 @@ only, so they run on every Keras backend and inside XLA.
 
 import numpy as np
 from keras import ops
+from keras import random
 
 __all__ = [
     "block_kernel",
     "check_even",
     "conjugate",
+    "dropout",
     "from_stacked",
     "interleaved_to_stacked",
     "merge",
@@ -346,6 +348,22 @@ def sign(x):
     `sgn(0) = 0` with gradient 0 there (see `modulus_and_sign`).
     """
     return modulus_and_sign(x)[1]
+
+
+def dropout(x, rate, seed=None):
+    """Dropout of whole complex features of a stacked tensor: one Bernoulli
+    draw per feature keeps or zeroes its real and imaginary parts together,
+    scaled by `1 / (1 - rate)`. (A real dropout on the stacked channels
+    would drop the parts independently and change the phase.)
+
+    Args:
+        x: stacked `(..., 2n)`.
+        rate: float in [0, 1).
+        seed: int or `keras.random.SeedGenerator`.
+    """
+    re, im = split(x)
+    keep = random.dropout(ops.ones_like(re), rate, seed=seed)  # 0 or 1/(1-p)
+    return ops.concatenate([re * keep, im * keep], axis=-1)
 
 
 def block_kernel(kernel_real, kernel_imag, in_axis=0):

@@ -1,7 +1,6 @@
 """ComplexDropout: one Bernoulli mask for both parts of each feature."""
 
 import keras
-from keras import ops
 
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
@@ -40,12 +39,7 @@ class ComplexDropout(keras.layers.Layer):
     def call(self, inputs, training=False):
         if not training or self.rate == 0:
             return inputs
-        re, im = cx.split(inputs)
-        # 0 or 1 / (1 - rate), one draw per complex feature.
-        keep = keras.random.dropout(
-            ops.ones_like(re), self.rate, seed=self.seed_generator
-        )
-        return ops.concatenate([re * keep, im * keep], axis=-1)
+        return cx.dropout(inputs, self.rate, seed=self.seed_generator)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
