@@ -15,6 +15,8 @@ import os
 
 import numpy as np
 
+from cvattn_keras import _validation as check
+
 __all__ = [
     "MODULATIONS",
     "load_musicnet",
@@ -25,11 +27,7 @@ __all__ = [
 
 def _check_positive(**values):
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(
-                f"`{name}` must be a positive integer. "
-                f"Received: {name}={value!r}"
-            )
+        check.positive_int(value, name)
 
 
 # ----------------------------------------------------------------------
