@@ -1,4 +1,5 @@
-"""Shared test setup: quiet TensorFlow, deterministic seeds."""
+"""Shared test setup: quiet TensorFlow, deterministic seeds, and the
+`tensorflow_only` marker (skipped under the other Keras backends)."""
 
 import os
 
@@ -8,6 +9,18 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return
+    skip = pytest.mark.skip(
+        reason=f"tests TensorFlow itself; the backend is {backend}"
+    )
+    for item in items:
+        if "tensorflow_only" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)
