@@ -12,6 +12,7 @@ from cvattn_keras import activations
 from cvattn_keras import attention
 from cvattn_keras import complex
 from cvattn_keras import datasets
+from cvattn_keras import distribution
 from cvattn_keras import export
 from cvattn_keras import initializers
 from cvattn_keras import layers
@@ -25,6 +26,7 @@ __all__ = [
     "attention",
     "complex",
     "datasets",
+    "distribution",
     "export",
     "from_stacked",
     "initializers",

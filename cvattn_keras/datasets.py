@@ -12,6 +12,8 @@ loader. Every complex array is returned in the stacked layout
 """
 
 import os
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -19,6 +21,7 @@ from cvattn_keras import _validation as check
 
 __all__ = [
     "MODULATIONS",
+    "highest_audible_note",
     "load_musicnet",
     "synthetic_modulation",
     "synthetic_music",
@@ -28,6 +31,62 @@ __all__ = [
 def _check_positive(**values):
     for name, value in values.items():
         check.positive_int(value, name)
+
+
+def _non_negative_int(value, name):
+    if not check._is_int(value) or value < 0:
+        raise ValueError(
+            f"`{name}` must be an int >= 0. Received: {name}={value!r}"
+        )
+    return int(value)
+
+
+def _non_negative_finite(value, name):
+    """A finite float >= 0 (NaN and inf refused). Could move to
+    `_validation`."""
+    if not check._is_real(value) or not 0 <= value < float("inf"):
+        raise ValueError(
+            f"`{name}` must be a finite number >= 0. Received: {name}={value!r}"
+        )
+    return float(value)
+
+
+def _finite_range(value, name):
+    """A `(low, high)` pair of finite floats with low <= high."""
+    try:
+        low, high = value
+    except (TypeError, ValueError):
+        low = high = None
+    if not (
+        check._is_real(low)
+        and check._is_real(high)
+        and -float("inf") < low <= high < float("inf")
+    ):
+        raise ValueError(
+            f"`{name}` must be a pair (low, high) of finite numbers with "
+            f"low <= high. Received: {name}={value!r}"
+        )
+    return float(low), float(high)
+
+
+def _midi_frequency(midi):
+    return 440.0 * 2.0 ** ((midi - 69) / 12.0)
+
+
+def highest_audible_note(bins, sample_rate):
+    """The highest MIDI note whose fundamental lies in the first `bins` bins
+    of `synthetic_music`'s spectra (bins of `sample_rate / (2 * bins)` Hz):
+    `f0 < (bins - 1/2) * sample_rate / (2 * bins)`, below the Nyquist
+    frequency."""
+    bins = check.positive_int(bins, "bins")
+    sample_rate = check.positive_int(sample_rate, "sample_rate")
+    top = (bins - 0.5) * sample_rate / (2 * bins)
+    midi = int(np.floor(69 + 12 * np.log2(top / 440.0)))
+    while _midi_frequency(midi) >= top:  # the floor's rounding, if any
+        midi -= 1
+    while _midi_frequency(midi + 1) < top:
+        midi += 1
+    return midi
 
 
 # ----------------------------------------------------------------------
@@ -56,23 +115,35 @@ def synthetic_music(
     amplitude `a / k`, random phases, a random amplitude `a` and an
     exponential decay. The frames are Hann-windowed and Fourier transformed;
     the first `bins` bins of each are the features. The label of a frame is
-    1 for every note sounding in it.
+    1 for every note sounding in it. A note stops (sound and label) at the
+    first frame that starts after it has decayed by 60 dB, and every note's
+    fundamental lies inside the returned bins (see `highest_audible_note`),
+    so every label is audible in the spectra.
 
     With the defaults (4 kHz, 256-sample frames, 15.6 Hz bins, notes C4 to
     B5) a sample is 2 seconds; 256 samples take about a second to make.
 
     Args:
         num_samples, frames, bins, notes: the array sizes.
-        lowest_note: MIDI number of note 0.
+        lowest_note: MIDI number (int >= 0) of note 0.
         sample_rate: Hz.
-        notes_per_sample: mean number of notes per sample.
-        harmonics: partials per note.
-        noise: standard deviation of white noise added to the audio.
-        seed: the random seed: the same seed gives the same data.
+        notes_per_sample: mean number of notes per sample (finite, >= 0;
+            every sample has at least one note).
+        harmonics: partials per note (those at or above the Nyquist
+            frequency are left out).
+        noise: standard deviation of white noise added to the audio
+            (finite, >= 0).
+        seed: the random seed, an int >= 0: the same seed gives the same
+            data.
 
     Returns:
         `(x, y)`: `x` float32 `(num_samples, frames, 2 * bins)` stacked
         spectra, `y` float32 `(num_samples, frames, notes)` multi-hot.
+
+    Raises:
+        ValueError: an argument out of its range, or a highest note
+            `lowest_note + notes - 1` above `highest_audible_note(bins,
+            sample_rate)`.
     """
     _check_positive(
         num_samples=num_samples,
@@ -82,8 +153,27 @@ def synthetic_music(
         sample_rate=sample_rate,
         harmonics=harmonics,
     )
+    _non_negative_int(lowest_note, "lowest_note")
+    _non_negative_finite(notes_per_sample, "notes_per_sample")
+    _non_negative_finite(noise, "noise")
+    _non_negative_int(seed, "seed")
+    top = highest_audible_note(bins, sample_rate)
+    if lowest_note + notes - 1 > top:
+        raise ValueError(
+            "The highest note, `lowest_note + notes - 1` = "
+            f"{lowest_note + notes - 1} (fundamental "
+            f"{_midi_frequency(lowest_note + notes - 1):.0f} Hz), must be at "
+            f"most MIDI {top} ({_midi_frequency(top):.0f} Hz), the highest "
+            f"note the spectra can show: `bins` bins of "
+            f"{sample_rate / (2 * bins):.3g} Hz at `sample_rate` reach "
+            f"{(bins - 1) * sample_rate / (2 * bins):.0f} Hz. Lower `notes` "
+            "or `lowest_note`, or raise `sample_rate`. Received: "
+            f"lowest_note={lowest_note}, notes={notes}, bins={bins}, "
+            f"sample_rate={sample_rate}"
+        )
     rng = np.random.default_rng(seed)
     frame_length = 2 * bins
+    frame_seconds = frame_length / sample_rate
     t = np.arange(frames * frame_length) / sample_rate  # (L,)
     audio = noise * rng.standard_normal((num_samples, t.size))
     labels = np.zeros((num_samples, frames, notes), np.float32)
@@ -92,12 +182,18 @@ def synthetic_music(
             note = rng.integers(notes)
             onset = rng.integers(frames)
             offset = min(frames, onset + rng.integers(2, 13))
+            f0 = _midi_frequency(lowest_note + note)
+            amplitude = rng.uniform(0.3, 1.0)
+            decay = rng.uniform(0.2, 1.0)
+            # The note ends (label and sound) once it has decayed by 60 dB
+            # at the start of a frame, so that every labelled frame hears
+            # it. Never earlier than the drawn length with the defaults.
+            audible = int(np.ceil(decay * np.log(1000.0) / frame_seconds))
+            offset = min(offset, onset + max(1, audible))
             labels[i, onset:offset, note] = 1.0
             start, stop = onset * frame_length, offset * frame_length
             local = t[start:stop] - t[start]
-            f0 = 440.0 * 2.0 ** ((lowest_note + note - 69) / 12.0)
-            amplitude = rng.uniform(0.3, 1.0)
-            envelope = amplitude * np.exp(-local / rng.uniform(0.2, 1.0))
+            envelope = amplitude * np.exp(-local / decay)
             for k in range(1, harmonics + 1):
                 if k * f0 >= sample_rate / 2:
                     break
@@ -168,16 +264,21 @@ def synthetic_modulation(
     Args:
         num_samples, length, token_length: sizes (`length` a multiple of
             `token_length`).
-        modulations: names from `MODULATIONS`; the label is the index.
+        modulations: distinct names from `MODULATIONS`; the label is the
+            index.
         samples_per_symbol: positive int.
-        snr_db: `(low, high)` in dB.
-        phase_range: `(low, high)` carrier phases in radians.
-        max_frequency_offset: cycles per sample.
-        seed: the random seed.
+        snr_db: `(low, high)` in dB, finite, `low <= high`.
+        phase_range: `(low, high)` carrier phases in radians, finite,
+            `low <= high`.
+        max_frequency_offset: cycles per sample, finite, >= 0.
+        seed: the random seed, an int >= 0.
 
     Returns:
         `(x, y)`: `x` float32 `(num_samples, length // token_length,
         2 * token_length)` stacked, `y` int32 `(num_samples,)`.
+
+    Raises:
+        ValueError: an argument out of the range above.
     """
     _check_positive(
         num_samples=num_samples,
@@ -190,12 +291,24 @@ def synthetic_modulation(
             "`length` must be a multiple of `token_length`. Received: "
             f"length={length}, token_length={token_length}"
         )
-    unknown = [m for m in modulations if m not in MODULATIONS]
-    if unknown or not modulations:
+    if isinstance(modulations, str):
+        unknown = [modulations]
+    else:
+        try:
+            modulations = tuple(modulations)
+        except TypeError:
+            modulations = unknown = None
+        else:
+            unknown = [m for m in modulations if m not in MODULATIONS]
+    if unknown or not modulations or len(set(modulations)) < len(modulations):
         raise ValueError(
-            f"`modulations` must name some of {list(MODULATIONS)}. "
-            f"Received: modulations={modulations!r}"
+            f"`modulations` must be a sequence of distinct names from "
+            f"{list(MODULATIONS)}. Received: modulations={modulations!r}"
         )
+    snr_db = _finite_range(snr_db, "snr_db")
+    phase_range = _finite_range(phase_range, "phase_range")
+    _non_negative_finite(max_frequency_offset, "max_frequency_offset")
+    _non_negative_int(seed, "seed")
     rng = np.random.default_rng(seed)
     symbols_per_sample = -(-length // samples_per_symbol)
     labels = rng.integers(len(modulations), size=num_samples)
@@ -254,9 +367,19 @@ def load_musicnet(path, frames=64, bins=2048, notes=128, mmap=True):
         `tf.data.Dataset.from_tensor_slices((x, y))`.
 
     Raises:
-        ValueError: a missing file or array, or shapes that do not match.
+        ValueError: a missing file or array; a file that NumPy cannot read
+            (not an `.npy`/`.npz` file, pickled data, truncated or corrupt),
+            named in the message; arrays that are not numbers; shapes that
+            do not match.
     """
-    path = os.fspath(path)
+    _check_positive(frames=frames, bins=bins, notes=notes)
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise ValueError(
+            "`path` must be a .npz file or a directory with x.npy and y.npy. "
+            f"Received: path={path!r}"
+        ) from None
     if os.path.isdir(path):
         names = [os.path.join(path, f"{k}.npy") for k in ("x", "y")]
         missing = [n for n in names if not os.path.exists(n)]
@@ -265,20 +388,23 @@ def load_musicnet(path, frames=64, bins=2048, notes=128, mmap=True):
                 f"A MusicNet directory holds x.npy and y.npy; missing: "
                 f"{missing}"
             )
-        x, y = (np.load(n, mmap_mode="r" if mmap else None) for n in names)
-    elif path.endswith(".npz") and os.path.exists(path):
-        with np.load(path) as archive:
-            if not {"x", "y"} <= set(archive.files):
-                raise ValueError(
-                    f"{path} must hold arrays 'x' and 'y'; it holds "
-                    f"{archive.files}"
-                )
-            x, y = archive["x"], archive["y"]
+        x, y = (
+            _read(n, lambda n=n: np.load(n, mmap_mode="r" if mmap else None))
+            for n in names
+        )
+    elif path.endswith(".npz") and os.path.isfile(path):
+        x, y = _read(path, lambda: _read_archive(path))
     else:
         raise ValueError(
             "`path` must be a .npz file or a directory with x.npy and y.npy. "
             f"Received: path={path!r}"
         )
+    for name, array in (("features 'x'", x), ("labels 'y'", y)):
+        if array.dtype.kind not in "biuf":
+            raise ValueError(
+                f"MusicNet {name} must be numbers; {path} holds dtype "
+                f"{array.dtype}"
+            )
     expected_x = (frames, 2 * bins)
     if x.ndim != 3 or tuple(x.shape[1:]) != expected_x:
         raise ValueError(
@@ -291,3 +417,41 @@ def load_musicnet(path, frames=64, bins=2048, notes=128, mmap=True):
             f"{notes}). Received: {y.shape}"
         )
     return np.asarray(x, np.float32), np.asarray(y, np.float32)
+
+
+def _read_archive(path):
+    # Opened here, so that the file is closed when NumPy fails part-way.
+    with open(path, "rb") as file:
+        archive = np.load(file)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("it holds one array, not an .npz archive")
+        with archive:
+            if not {"x", "y"} <= set(archive.files):
+                raise _MissingArrays(
+                    f"{path} must hold arrays 'x' and 'y'; it holds "
+                    f"{archive.files}"
+                )
+            return archive["x"], archive["y"]
+
+
+class _MissingArrays(ValueError):
+    pass
+
+
+# What NumPy raises on a damaged file: BadZipFile (a truncated or corrupt
+# archive), ValueError (pickled data, a truncated array, a bad header),
+# OSError/EOFError (short reads), zlib.error (a damaged compressed member).
+_READ_ERRORS = (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error)
+
+
+def _read(path, load):
+    try:
+        return load()
+    except _MissingArrays:
+        raise
+    except _READ_ERRORS as error:
+        raise ValueError(
+            f"Cannot read the MusicNet file {path}: it is not a valid NumPy "
+            f"{os.path.splitext(path)[1]} file or it is truncated or "
+            f"corrupt ({type(error).__name__}: {error})"
+        ) from error

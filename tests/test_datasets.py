@@ -91,22 +91,77 @@ def test_constellations_have_unit_power():
 
 
 @pytest.mark.parametrize(
-    "call, match",
+    "function, kwargs, match",
     [
-        (lambda: datasets.synthetic_music(num_samples=0), "num_samples=0"),
+        ("synthetic_music", dict(num_samples=0), "num_samples=0"),
+        ("synthetic_music", dict(seed=-1), "`seed` .* seed=-1"),
+        ("synthetic_music", dict(seed=1.5), "seed=1.5"),
+        ("synthetic_music", dict(notes_per_sample=-1), "notes_per_sample=-1"),
+        ("synthetic_music", dict(noise=float("nan")), "`noise` .* noise=nan"),
+        ("synthetic_music", dict(noise=float("inf")), "noise=inf"),
+        ("synthetic_music", dict(noise=-0.1), "noise=-0.1"),
+        ("synthetic_music", dict(lowest_note=-1), "lowest_note=-1"),
+        ("synthetic_music", dict(harmonics=0), "harmonics=0"),
+        ("synthetic_music", dict(sample_rate=4000.5), "sample_rate=4000.5"),
         (
-            lambda: datasets.synthetic_modulation(length=10, token_length=4),
-            "multiple",
+            "synthetic_music",
+            dict(notes=48, noise=0),
+            r"`lowest_note \+ notes - 1` = 107 .* at most MIDI 95 .*"
+            r"lowest_note=60, notes=48, bins=128, sample_rate=4000",
+        ),
+        ("synthetic_modulation", dict(length=10, token_length=4), "multiple"),
+        ("synthetic_modulation", dict(modulations=("am",)), "modulations"),
+        ("synthetic_modulation", dict(modulations="bpsk"), "modulations"),
+        ("synthetic_modulation", dict(modulations=()), "modulations"),
+        (
+            "synthetic_modulation",
+            dict(modulations=("bpsk", "bpsk")),
+            "distinct",
+        ),
+        ("synthetic_modulation", dict(seed=-1), "seed=-1"),
+        ("synthetic_modulation", dict(samples_per_symbol=0), "per_symbol=0"),
+        (
+            "synthetic_modulation",
+            dict(snr_db=(5.0, float("nan"))),
+            "`snr_db` .* snr_db=\\(5.0, nan\\)",
+        ),
+        ("synthetic_modulation", dict(snr_db=(20, 5)), "low <= high"),
+        ("synthetic_modulation", dict(snr_db=5), "snr_db=5"),
+        (
+            "synthetic_modulation",
+            dict(phase_range=(0.0, float("inf"))),
+            "phase_range",
         ),
         (
-            lambda: datasets.synthetic_modulation(modulations=("am",)),
-            "modulations",
+            "synthetic_modulation",
+            dict(max_frequency_offset=float("nan")),
+            "max_frequency_offset=nan",
         ),
+        (
+            "synthetic_modulation",
+            dict(max_frequency_offset=-0.1),
+            "max_frequency_offset=-0.1",
+        ),
+        ("load_musicnet", dict(path="x.npz", frames=0), "frames=0"),
+        ("load_musicnet", dict(path=3), "path=3"),
     ],
 )
-def test_bad_arguments(call, match):
+def test_bad_arguments(function, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        call()
+        getattr(datasets, function)(**kwargs)
+
+
+def test_the_highest_audible_note_is_accepted():
+    """The issue's case (48 notes from C4 at 4 kHz) reaches MIDI 107; the
+    36 notes up to MIDI 95 are all within the spectra."""
+    top = datasets.highest_audible_note(128, 4000)
+    assert top == 95
+    x, y = datasets.synthetic_music(
+        num_samples=8, notes=top - 60 + 1, noise=0.0, frames=8
+    )
+    assert y.shape == (8, 8, 36)
+    with pytest.raises(ValueError, match="= 96 .* at most MIDI 95"):
+        datasets.synthetic_music(notes=37)
 
 
 def test_load_musicnet_from_tiny_files(tmp_path, rng):
@@ -133,3 +188,39 @@ def test_load_musicnet_from_tiny_files(tmp_path, rng):
     np.savez(tmp_path / "bad.npz", features=x)
     with pytest.raises(ValueError, match="'x' and 'y'"):
         datasets.load_musicnet(tmp_path / "bad.npz")
+
+
+def test_load_musicnet_names_a_damaged_file(tmp_path, rng):
+    x = rng.standard_normal((3, 4, 10)).astype(np.float32)
+    y = (rng.random((3, 4, 6)) > 0.8).astype(np.float32)
+    np.savez(tmp_path / "good.npz", x=x, y=y)
+    data = (tmp_path / "good.npz").read_bytes()
+    cases = {
+        "truncated.npz": data[: len(data) // 2],
+        "corrupt.npz": data[:100] + bytes(len(data) - 100),
+        "text.npz": b"MusicNet features, not an archive\n",
+        "empty.npz": b"",
+    }
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match=f"Cannot read .*{name}"):
+            datasets.load_musicnet(tmp_path / name, frames=4, bins=5, notes=6)
+    np.save(tmp_path / "one.npy", x)
+    (tmp_path / "one.npz").write_bytes((tmp_path / "one.npy").read_bytes())
+    with pytest.raises(ValueError, match="one.npz.*not an .npz archive"):
+        datasets.load_musicnet(tmp_path / "one.npz", frames=4, bins=5, notes=6)
+    for mmap in (True, False):
+        folder = tmp_path / f"truncated_{mmap}"
+        folder.mkdir()
+        np.save(folder / "x.npy", x)
+        np.save(folder / "y.npy", y)
+        content = (folder / "x.npy").read_bytes()
+        (folder / "x.npy").write_bytes(content[:-20])
+        with pytest.raises(ValueError, match="Cannot read .*x.npy"):
+            datasets.load_musicnet(folder, frames=4, bins=5, notes=6, mmap=mmap)
+    words = tmp_path / "words"
+    words.mkdir()
+    np.save(words / "x.npy", np.full((3, 4, 10), "a"))
+    np.save(words / "y.npy", y)
+    with pytest.raises(ValueError, match="features 'x' must be numbers"):
+        datasets.load_musicnet(words, frames=4, bins=5, notes=6)
