@@ -4,6 +4,12 @@ Conversions cost about a second each, so models are small and shared
 through module-scoped fixtures. Tolerances: float32 files match Keras within
 1e-5 absolute (the issue's bound); quantized ones within the bounds stated
 at each test, about 5x the errors measured when they were written.
+
+Under a backend other than TensorFlow, `export_tflite` converts through a
+TensorFlow subprocess (several seconds each), so the conversion-heavy tests
+here are `tensorflow_only`; tests/test_export_backends.py checks that route
+on every attention variant, and the tests that convert once run on every
+backend.
 """
 
 import os
@@ -12,7 +18,6 @@ import keras
 import numpy as np
 import numpy_reference as ref
 import pytest
-import tensorflow as tf
 from models import all_blocks_inputs
 from models import all_blocks_model
 
@@ -48,6 +53,8 @@ def _variant_inputs(rng, batch=3):
     return [query, memory]
 
 
+# tensorflow_only: 8 conversions (a subprocess each under other backends).
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("softmax, product", VARIANTS)
 def test_every_variant_converts_builtin_only_and_matches_keras(
     rng, tmp_path, softmax, product
@@ -114,6 +121,8 @@ QUANTIZED_TOLERANCE = {
 }
 
 
+# The `wide` fixture converts 4 times: TensorFlow only, for time.
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("mode", cvk.export.QUANTIZATIONS)
 def test_quantized_files_run_within_tolerance(wide, mode):
     model, data, files = wide
@@ -126,6 +135,7 @@ def test_quantized_files_run_within_tolerance(wide, mode):
         assert "QUANTIZE" in report.ops  # integer kernels are in use
 
 
+@pytest.mark.tensorflow_only
 def test_quantized_files_are_smaller(wide):
     _, _, files = wide
     size = {mode: os.path.getsize(path) for mode, path in files.items()}
@@ -136,6 +146,7 @@ def test_quantized_files_are_smaller(wide):
     assert size["int8"] < 0.35 * size[None]
 
 
+@pytest.mark.tensorflow_only
 def test_dynamic_batch(wide):
     model, data, files = wide
     for batch in (1, 3):
@@ -144,6 +155,7 @@ def test_dynamic_batch(wide):
         assert report.max_abs_error <= 1e-5
 
 
+@pytest.mark.tensorflow_only
 def test_float16_file_has_no_nan_on_fully_masked_rows(rng, tmp_path):
     model = _variant_model("abs", "inner")
     path = cvk.export.export_tflite(model, tmp_path / "m.tflite", "float16")
@@ -152,6 +164,7 @@ def test_float16_file_has_no_nan_on_fully_masked_rows(rng, tmp_path):
     assert report.max_rel_error <= 5e-3
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("softmax", ["real", "abs"])
 def test_int8_masked_attention_stays_accurate(tmp_path, softmax):
     """Masks and moduli are traced so that int8 calibration sees only the
@@ -179,9 +192,11 @@ def test_int8_masked_attention_stays_accurate(tmp_path, softmax):
 
 
 class NativeComplexAbs(keras.layers.Layer):
-    """What this library avoids: a native complex64 op."""
+    """What this library avoids: a native complex64 op (TensorFlow only)."""
 
     def call(self, x):
+        import tensorflow as tf
+
         return tf.abs(tf.complex(x, x))
 
 
@@ -190,16 +205,23 @@ def _native_model():
     return keras.Model(inputs, NativeComplexAbs(name="native_abs")(inputs))
 
 
+@pytest.mark.tensorflow_only  # the layer calls tf.* itself
 def test_a_model_needing_flex_ops_is_a_clear_error(tmp_path):
     with pytest.raises(cvk.export.UnsupportedOpsError) as info:
         cvk.export.export_tflite(_native_model(), tmp_path / "m.tflite")
     assert info.value.ops == ["Complex"]
     assert info.value.layers == ["native_abs"]
     assert "native_abs" in str(info.value) and "Complex" in str(info.value)
+    # Here a complex dtype is the cause, and the message says so.
+    assert info.value.involves_complex
+    assert "complex dtypes" in str(info.value)
     assert not (tmp_path / "m.tflite").exists()
 
 
+@pytest.mark.tensorflow_only  # writes a Flex file with TensorFlow's converter
 def test_verify_flags_a_file_with_flex_ops(tmp_path):
+    import tensorflow as tf
+
     model = _native_model()
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     converter.target_spec.supported_ops = [
@@ -265,16 +287,17 @@ def test_bad_verify_arguments(tmp_path):
 # ----------------------------------------------------------------------
 
 
-def test_command_line_exports_and_verifies(tmp_path, capsys):
+def test_command_line_exports_and_verifies(tmp_path, capfd):
+    # capfd: under another backend the command runs in a subprocess.
     keras_path = tmp_path / "model.keras"
     _variant_model("naive", "bilinear").save(keras_path)
     out = tmp_path / "model.tflite"
     assert cli.main([str(keras_path), str(out), "--verify"]) == 0
-    printed = capsys.readouterr().out
+    printed = capfd.readouterr().out
     assert "non-builtin ops  none" in printed
     assert "max abs error" in printed and out.exists()
     int8 = tmp_path / "int8.tflite"
-    cli.main(
+    code = cli.main(
         [
             str(keras_path),
             str(int8),
@@ -284,10 +307,14 @@ def test_command_line_exports_and_verifies(tmp_path, capsys):
             "16",
         ]
     )
-    assert int8.exists()
+    assert code == 0 and int8.exists()
+    assert "quantization: int8" in capfd.readouterr().out
 
 
-def test_command_line_rejects_a_bad_output_name(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        cli.main([str(tmp_path / "m.keras"), str(tmp_path / "m.tfl")])
-    assert ".tflite" in capsys.readouterr().err
+def test_command_line_rejects_a_bad_output_name(tmp_path, capfd):
+    try:
+        code = cli.main([str(tmp_path / "m.keras"), str(tmp_path / "m.tfl")])
+    except SystemExit as exit:  # argparse, in this process
+        code = exit.code
+    assert code == 2
+    assert ".tflite" in capfd.readouterr().err

@@ -2,22 +2,34 @@
 
 A model made of this library's layers holds no complex dtype, so it converts
 with `TFLITE_BUILTINS` alone: no Flex delegate, no custom ops. This module
-is the only one that uses TensorFlow directly; it is imported lazily, so the
-rest of the library does not pull TensorFlow in on other backends.
+is the only one that uses TensorFlow directly; it imports TensorFlow only
+inside `export_tflite`, so the rest of the library does not pull TensorFlow
+in on other backends.
 
     import cvattn_keras as cvk
 
     cvk.export.export_tflite(model, "model.tflite", quantization="float16")
     print(cvk.export.verify_tflite("model.tflite", model, sample_inputs))
 
-From the shell: `python -m cvattn_keras.export MODEL.keras OUT.tflite
-[--quantize float16|dynamic_int8|int8] [--verify]`.
+Conversion needs TensorFlow. Under another Keras backend (JAX, torch),
+`export_tflite` saves the model to a temporary `.keras` file (which is
+backend-independent) and converts it in a subprocess that runs this
+package's command line under `KERAS_BACKEND=tensorflow`; verification runs
+on LiteRT under any backend.
+
+From the shell (under any `KERAS_BACKEND`): `python -m cvattn_keras.export
+MODEL.keras OUT.tflite [--quantize float16|dynamic_int8|int8] [--verify]
+[--overwrite]`.
 """
 
 import dataclasses
+import importlib.util
+import json
 import os
 import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -29,6 +41,7 @@ from cvattn_keras import attention as core
 
 __all__ = [
     "QUANTIZATIONS",
+    "SUBPROCESS_TIMEOUT",
     "TFLiteReport",
     "UnsupportedOpsError",
     "export_tflite",
@@ -37,29 +50,70 @@ __all__ = [
 
 QUANTIZATIONS = (None, "float16", "dynamic_int8", "int8")
 
+# Seconds that an export through the TensorFlow subprocess (under a
+# backend other than TensorFlow) may take before it is stopped.
+SUBPROCESS_TIMEOUT = 900
+
+# TensorFlow ops that exist only for complex dtypes.
+_COMPLEX_OPS = {"Angle", "Complex", "ComplexAbs", "Conj", "Imag", "Real"}
+
 
 class UnsupportedOpsError(ValueError):
-    """The model needs operations that TFLite has no builtin kernel for.
+    """The model needs operations that TFLite has no builtin kernel for,
+    or that its converter could not lower to one.
 
     Attributes:
         ops: the TensorFlow op names, e.g. `["Complex"]`.
         layers: the names of the model's layers that emit them, where the
             converter's locations name them.
+        details: the converter's one-line description of each failing op
+            (its operand and result types and attributes).
+        involves_complex: whether a complex dtype is among the failing
+            ops' operands or results, or an op exists only for complex
+            dtypes (then complex values are the cause).
     """
 
-    def __init__(self, ops, layers):
+    def __init__(self, ops, layers, details=()):
         self.ops = list(ops)
         self.layers = list(layers)
+        self.details = [line.strip() for line in details if line.strip()]
+        self.involves_complex = bool(_COMPLEX_OPS & set(self.ops)) or any(
+            "complex<" in line for line in self.details
+        )
         where = (
             f" They come from layer(s) {self.layers}." if self.layers else ""
         )
+        if self.involves_complex:
+            cause = (
+                " They operate on complex dtypes, which TFLite builtins do "
+                "not support: keep complex values as stacked real channels "
+                "(cvattn_keras.complex) and use this library's layers."
+            )
+        elif any(
+            re.search(r"new_axis_mask = [1-9]", line) for line in self.details
+        ):
+            cause = (
+                " A strided slice that inserts axes (`x[:, None]`) into a "
+                "tensor with more than one unknown dimension cannot be "
+                "lowered: use `keras.ops.expand_dims` (or a reshape) there."
+            )
+        else:
+            cause = (
+                " Rewrite that computation with operations that TFLite "
+                "supports as builtins."
+            )
+        shown = "; ".join(self.details[:4])
         super().__init__(
-            f"The model uses TensorFlow op(s) {self.ops} that have no TFLite "
-            f"builtin kernel.{where} Complex dtypes are the usual cause: "
-            "keep complex values as stacked real channels "
-            "(cvattn_keras.complex) and use this library's layers. "
+            f"The model uses TensorFlow op(s) {self.ops} that TFLite's "
+            f"converter could not lower to builtin kernels.{where}{cause} "
             "cvattn_keras exports builtin ops only (no Flex delegate)."
+            + (f" Converter details: {shown}" if shown else "")
         )
+
+
+class _OutputExistsError(FileExistsError, ValueError):
+    """The output file exists and `overwrite=False` (a `FileExistsError`
+    and, as every bad argument of this library, a `ValueError`)."""
 
 
 @dataclasses.dataclass
@@ -112,7 +166,7 @@ class TFLiteReport:
 
 
 # ----------------------------------------------------------------------
-# Export.
+# Arguments.
 # ----------------------------------------------------------------------
 
 
@@ -126,6 +180,27 @@ def _check_path(path):
     if not path.endswith(".tflite"):
         raise ValueError(
             f"`path` must end in '.tflite'. Received: path={path!r}"
+        )
+    return path
+
+
+def _check_output(path, overwrite):
+    """Checks the output path before any conversion starts."""
+    path = _check_path(path)
+    if not isinstance(overwrite, bool):
+        raise ValueError(
+            f"`overwrite` must be True or False. Received: "
+            f"overwrite={overwrite!r}"
+        )
+    if os.path.isdir(path):
+        raise ValueError(
+            f"`path` is a directory; give the .tflite file to write. "
+            f"Received: path={path!r}"
+        )
+    if os.path.exists(path) and not overwrite:
+        raise _OutputExistsError(
+            f"{path!r} already exists and `overwrite=False`: it was kept. "
+            "Pass overwrite=True to replace it."
         )
     return path
 
@@ -148,12 +223,54 @@ def _check_model(model):
     return inputs
 
 
+def _check_num_samples(value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(
+            "`num_calibration_samples` must be a positive int. Received: "
+            f"num_calibration_samples={value!r}"
+        )
+    if value < 1:
+        raise ValueError(
+            "`num_calibration_samples` must be a positive int: int8 "
+            "calibration needs at least one sample. Received: "
+            f"num_calibration_samples={value}"
+        )
+    return int(value)
+
+
 def _input_names(model):
     return [tensor.name for tensor in model.inputs]
 
 
+def _input_dtypes(model):
+    return [keras.backend.standardize_dtype(t.dtype) for t in model.inputs]
+
+
+def _cast(array, dtype, what):
+    """`array` as `dtype`: any float array to a float dtype; to a bool or
+    integer dtype only when no value changes (never a silent truncation).
+    """
+    try:
+        target = np.dtype(dtype)
+    except TypeError:  # e.g. bfloat16 without ml_dtypes: feed float32
+        target = np.dtype("float32")
+    if array.dtype == target:
+        return array
+    if np.issubdtype(target, np.floating):
+        return array.astype(target)
+    cast = array.astype(target)
+    if array.dtype.kind not in "biuf" or not np.array_equal(cast, array):
+        raise ValueError(
+            f"{what} must hold {target} values (the input's dtype). "
+            f"Received an array of dtype {array.dtype} whose values do not "
+            f"convert to {target} exactly."
+        )
+    return cast
+
+
 def _as_input_list(model, data, argument):
-    """One array per model input, from an array, a list/tuple or a dict."""
+    """One array per model input, each in that input's dtype, from an
+    array, a list/tuple or a dict keyed by input name."""
     names = _input_names(model)
     if isinstance(data, dict):
         missing = sorted(set(names) - set(data))
@@ -172,7 +289,14 @@ def _as_input_list(model, data, argument):
             f"`{argument}` must hold one array per model input "
             f"({len(names)}: {names}). Received {len(arrays)}."
         )
-    arrays = [np.asarray(array, dtype="float32") for array in arrays]
+    arrays = [
+        _cast(
+            np.asarray(keras.ops.convert_to_numpy(array)),
+            dtype,
+            f"`{argument}` for input {name!r}",
+        )
+        for array, dtype, name in zip(arrays, _input_dtypes(model), names)
+    ]
     for name, array, tensor in zip(names, arrays, model.inputs):
         expected = tuple(tensor.shape)
         if array.ndim != len(expected) or any(
@@ -183,29 +307,113 @@ def _as_input_list(model, data, argument):
                 f"`{argument}` for input {name!r} must have shape "
                 f"{expected} (None: any size). Received: {array.shape}"
             )
-    sizes = {array.shape[0] for array in arrays if array.ndim}
+    sizes = {array.shape[0] for array in arrays}
     if len(sizes) != 1:
         raise ValueError(
             f"The arrays of `{argument}` must share their first (batch) "
             f"axis. Received shapes {[a.shape for a in arrays]}."
         )
+    if sizes == {0}:
+        raise ValueError(
+            f"`{argument}` must hold at least one sample on its first "
+            f"(batch) axis. Received shapes {[a.shape for a in arrays]}."
+        )
     return arrays
 
 
-def _representative_dataset(model, data, num_samples):
-    """A converter calibration generator: one sample at a time, as a dict
-    keyed by the signature's input names."""
-    if callable(data):
-        return data
+def _calibration_arrays(model, data, num_samples):
+    """The first `num_samples` samples of `representative_data`, one array
+    per model input; a callable is drawn from until it stops or
+    `num_samples` samples are taken."""
+    if not callable(data):
+        arrays = _as_input_list(model, data, "representative_data")
+        return [array[:num_samples] for array in arrays]
     names = _input_names(model)
+    columns = [[] for _ in names]
+    for sample in data():
+        if isinstance(sample, dict):
+            missing = sorted(set(names) - set(sample))
+            if missing:
+                raise ValueError(
+                    f"`representative_data` yielded a dict without "
+                    f"input(s) {missing}; the model's inputs are {names}."
+                )
+            sample = [sample[name] for name in names]
+        elif not isinstance(sample, (list, tuple)):
+            sample = [sample]
+        if len(sample) != len(names):
+            raise ValueError(
+                "`representative_data` must yield one array per model "
+                f"input ({len(names)}: {names}). Received {len(sample)}."
+            )
+        for column, array in zip(columns, sample):
+            column.append(np.asarray(keras.ops.convert_to_numpy(array)))
+        if len(columns[0]) >= num_samples:
+            break
+    if not columns[0]:
+        raise ValueError(
+            "`representative_data` yielded no samples; int8 calibration "
+            "needs at least one. Received: an empty iterable."
+        )
+    arrays = [np.concatenate(column, axis=0) for column in columns]
+    return _as_input_list(model, arrays, "representative_data")
+
+
+def _check_calibration_data(model, data):
+    """Raises unless `representative_data` holds at least one sample (a
+    callable is asked for a fresh iterable and its first sample)."""
+    if not callable(data):
+        _as_input_list(model, data, "representative_data")
+        return
+    if next(iter(data()), None) is None:
+        raise ValueError(
+            "`representative_data` yielded no samples; int8 calibration "
+            "needs at least one. Received: a callable whose iterable is "
+            "empty."
+        )
+
+
+def _representative_dataset(model, data, num_samples, counter):
+    """A converter calibration generator: one sample at a time, as a dict
+    keyed by the signature's input names, each in its input's dtype.
+    `counter[0]` counts the samples the converter drew."""
+    names = _input_names(model)
+    if callable(data):
+        dtypes = _input_dtypes(model)
+
+        def generator():
+            for sample in data():
+                if counter[0] >= num_samples:
+                    return
+                if isinstance(sample, dict):
+                    sample = [sample[name] for name in names]
+                elif not isinstance(sample, (list, tuple)):
+                    sample = [sample]
+                counter[0] += 1
+                yield {
+                    name: _cast(
+                        np.asarray(array),
+                        dtype,
+                        f"`representative_data` for input {name!r}",
+                    )
+                    for name, array, dtype in zip(names, sample, dtypes)
+                }
+
+        return generator
     arrays = _as_input_list(model, data, "representative_data")
     count = min(len(arrays[0]), num_samples)
 
     def generator():
         for i in range(count):
+            counter[0] += 1
             yield {name: a[i : i + 1] for name, a in zip(names, arrays)}
 
     return generator
+
+
+# ----------------------------------------------------------------------
+# Export.
+# ----------------------------------------------------------------------
 
 
 def _layer_names(model):
@@ -239,9 +447,34 @@ def _raise_unsupported(error, model):
             raise error
     else:
         ops = [op.strip() for op in match.group(1).split(",")]
+    details = re.findall(r"^\s*(tf\.\w+\(.*)$", message, flags=re.MULTILINE)
     raise UnsupportedOpsError(
-        sorted(set(ops)), _layers_in(message, model)
+        sorted(set(ops)), _layers_in(message, model), sorted(set(details))
     ) from None
+
+
+def _write(path, flatbuffer, overwrite):
+    """Writes through a temporary file in the same directory, so that a
+    failure never leaves a partial file and never touches an existing one
+    unless it is replaced whole."""
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(
+        dir=directory or ".", prefix=".", suffix=".tflite.partial"
+    )
+    try:
+        with os.fdopen(handle, "wb") as f:
+            f.write(flatbuffer)
+        if os.path.exists(path) and not overwrite:
+            raise _OutputExistsError(
+                f"{path!r} already exists and `overwrite=False`: it was "
+                "kept. Pass overwrite=True to replace it."
+            )
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 def export_tflite(
@@ -250,14 +483,25 @@ def export_tflite(
     quantization=None,
     representative_data=None,
     num_calibration_samples=100,
+    overwrite=True,
 ):
     """Converts a Keras model to a `.tflite` file with TFLite builtin ops only.
 
-    The model is traced as a TensorFlow SavedModel (its batch dimension stays
-    dynamic where the model's is) and converted with
-    `TFLITE_BUILTINS` alone, never `SELECT_TF_OPS`. Attention masks are
+    The model is traced as a TensorFlow SavedModel (its batch dimension, and
+    any other `None` dimension of its inputs, stays dynamic) and converted
+    with `TFLITE_BUILTINS` alone, never `SELECT_TF_OPS`. Attention masks are
     traced with `cvattn_keras.attention.portable_masking`, which keeps every
     tensor in the data's range, as quantization needs.
+
+    Conversion needs TensorFlow. Under another Keras backend the model is
+    saved to a temporary `.keras` file and converted by
+    `python -m cvattn_keras.export` under `KERAS_BACKEND=tensorflow` in a
+    subprocess (stopped after `SUBPROCESS_TIMEOUT` seconds); the model must
+    then be serializable (`model.save` works) and its custom layers
+    registered in an importable module.
+
+    The file is written whole or not at all (through a temporary file in
+    the same directory).
 
     Args:
         model: a `keras.Model` with defined inputs.
@@ -269,25 +513,35 @@ def export_tflite(
             for ops without an int8 kernel).
         representative_data: for `"int8"`: an array (one input), a list of
             arrays (one per model input, in order) or a dict keyed by input
-            name, samples on the first axis; or a callable returning an
-            iterable of per-sample inputs, as TFLite's converter takes.
-        num_calibration_samples: how many samples of `representative_data`
-            to calibrate on.
+            name, samples on the first axis, each input in its own dtype
+            (bool masks as bool); or a callable returning a fresh iterable
+            of per-sample inputs on each call, as TFLite's converter takes
+            (it is called once more, to check that it yields a sample). It
+            must hold at least one sample.
+        num_calibration_samples: positive int, how many samples of
+            `representative_data` to calibrate on (at most).
+        overwrite: whether to replace an existing file at `path`, as in
+            `keras.Model.save` (default `True`, as there). With `False` an
+            existing file is kept and a `FileExistsError` (which is also a
+            `ValueError`) is raised, before any conversion.
 
     Returns:
         The path of the written file.
 
     Raises:
-        ValueError: bad arguments.
+        ValueError: bad arguments (`path` a directory, an existing file
+            with `overwrite=False`, no or empty calibration data for
+            `"int8"`), or no TensorFlow to convert with.
         UnsupportedOpsError: the model needs an op with no builtin kernel;
             the error names the op and the layer.
     """
-    path = _check_path(path)
+    path = _check_output(path, overwrite)
     if quantization not in QUANTIZATIONS:
         raise ValueError(
             f"`quantization` must be one of {list(QUANTIZATIONS)}. "
             f"Received: quantization={quantization!r}"
         )
+    num_calibration_samples = _check_num_samples(num_calibration_samples)
     if quantization == "int8" and representative_data is None:
         raise ValueError(
             "`quantization='int8'` calibrates activation ranges and needs "
@@ -300,9 +554,32 @@ def export_tflite(
             f"Received: quantization={quantization!r}"
         )
     _check_model(model)
+    if keras.backend.backend() != "tensorflow":
+        if quantization == "int8":
+            representative_data = _calibration_arrays(
+                model, representative_data, num_calibration_samples
+            )
+        flatbuffer = _convert_in_subprocess(
+            model, quantization, representative_data
+        )
+    else:
+        if quantization == "int8":
+            # Validate (dtypes, shapes, at least one sample) before tracing.
+            _check_calibration_data(model, representative_data)
+        flatbuffer = _convert(
+            model, quantization, representative_data, num_calibration_samples
+        )
+    _write(path, flatbuffer, overwrite)
+    return path
+
+
+def _convert(model, quantization, representative_data, num_samples):
+    """The `.tflite` flatbuffer of `model`, converted in this process (the
+    TensorFlow backend)."""
     import tensorflow as tf
     from tensorflow.lite.python.convert_phase import ConverterError
 
+    counter = [0]
     with tempfile.TemporaryDirectory() as saved_model:
         with core.portable_masking():
             model.export(saved_model, format="tf_saved_model", verbose=False)
@@ -314,7 +591,7 @@ def export_tflite(
             converter.target_spec.supported_types = [tf.float16]
         if quantization == "int8":
             converter.representative_dataset = _representative_dataset(
-                model, representative_data, num_calibration_samples
+                model, representative_data, num_samples, counter
             )
         try:
             with warnings.catch_warnings():
@@ -327,17 +604,136 @@ def export_tflite(
                 flatbuffer = converter.convert()
         except ConverterError as error:
             _raise_unsupported(error, model)
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(flatbuffer)
-    return path
+    if quantization == "int8" and counter[0] == 0:
+        # TensorFlow's converter would silently write a float model.
+        raise ValueError(
+            "`representative_data` yielded no samples; int8 calibration "
+            "needs at least one. Received: an empty iterable."
+        )
+    return flatbuffer
+
+
+def _convert_in_subprocess(model, quantization, representative_arrays):
+    """The `.tflite` flatbuffer of `model`, converted by this package's
+    command line in a subprocess under `KERAS_BACKEND=tensorflow`."""
+    backend = keras.backend.backend()
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ValueError(
+            f"TFLite export needs TensorFlow, which is not installed; the "
+            f"Keras backend is {backend!r}. Install it (`pip install "
+            "tensorflow`) and export again: the model is then converted "
+            "under KERAS_BACKEND=tensorflow in a subprocess."
+        )
+    with tempfile.TemporaryDirectory() as directory:
+        model_path = os.path.join(directory, "model.keras")
+        try:
+            model.save(model_path)
+        except Exception as error:
+            raise ValueError(
+                f"Under the {backend!r} backend, export_tflite converts a "
+                "saved copy of the model under TensorFlow, but the model "
+                f"could not be saved: {error}. Make it serializable, or "
+                "export under KERAS_BACKEND=tensorflow."
+            ) from error
+        output = os.path.join(directory, "model.tflite")
+        error_file = os.path.join(directory, "error.json")
+        command = [
+            sys.executable,
+            "-m",
+            "cvattn_keras.export",
+            model_path,
+            output,
+            "--no-safe-mode",  # our own file, just written
+            "--error-file",
+            error_file,
+        ]
+        if quantization is not None:
+            command += ["--quantize", quantization]
+        if quantization == "int8":
+            data = os.path.join(directory, "calibration.npz")
+            names = _input_names(model)
+            np.savez(data, **dict(zip(names, representative_arrays)))
+            command += [
+                "--representative-data",
+                data,
+                "--calibration-samples",
+                str(len(representative_arrays[0])),
+            ]
+        env = dict(os.environ, KERAS_BACKEND="tensorflow")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        try:
+            done = subprocess.run(
+                command,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=SUBPROCESS_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"The TensorFlow export subprocess took more than "
+                f"{SUBPROCESS_TIMEOUT} s and was stopped; raise "
+                "cvattn_keras.export.SUBPROCESS_TIMEOUT or export under "
+                "KERAS_BACKEND=tensorflow."
+            ) from None
+        if done.returncode != 0:
+            _raise_subprocess_error(done, error_file, backend)
+        with open(output, "rb") as f:
+            return f.read()
+
+
+def _raise_subprocess_error(done, error_file, backend):
+    if os.path.exists(error_file):
+        with open(error_file) as f:
+            failure = json.load(f)
+        if failure["kind"] == "unsupported":
+            raise UnsupportedOpsError(
+                failure["ops"], failure["layers"], failure["details"]
+            )
+        if failure["kind"] == "load":
+            raise ValueError(
+                f"Under the {backend!r} backend, export_tflite converts a "
+                "saved copy of the model under TensorFlow, which could not "
+                f"load it: {failure['message']}. Register custom objects "
+                "in an importable module, or export under "
+                "KERAS_BACKEND=tensorflow."
+            )
+        if failure["kind"] == "value":
+            raise ValueError(failure["message"])
+        raise RuntimeError(
+            f"The TensorFlow export subprocess failed: {failure['message']}"
+        )
+    tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+    raise RuntimeError(
+        f"The TensorFlow export subprocess failed (exit status "
+        f"{done.returncode}):\n{tail}"
+    )
 
 
 # ----------------------------------------------------------------------
 # Verification on the LiteRT interpreter.
 # ----------------------------------------------------------------------
+
+
+def _check_tflite_file(path):
+    """Raises a `ValueError` naming `path` unless it is a TFLite
+    flatbuffer (file identifier `TFL3` at bytes 4-8)."""
+    if os.path.isdir(path):
+        raise ValueError(
+            f"`path` is a directory, not a .tflite file. Received: "
+            f"path={path!r}"
+        )
+    if not os.path.exists(path):
+        raise ValueError(f"No such file: path={path!r}")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if not head:
+        raise ValueError(f"{path!r} is empty, not a TFLite model.")
+    if len(head) < 8 or head[4:8] != b"TFL3":
+        raise ValueError(
+            f"{path!r} is not a TFLite model (no 'TFL3' flatbuffer "
+            "identifier); give a file written by export_tflite."
+        )
 
 
 def _file_ops(path):
@@ -348,7 +744,13 @@ def _file_ops(path):
     from ai_edge_litert import schema_py_generated as schema
 
     with open(path, "rb") as f:
-        flatbuffer = schema.ModelT.InitFromPackedBuf(f.read(), 0)
+        try:
+            flatbuffer = schema.ModelT.InitFromPackedBuf(f.read(), 0)
+        except Exception as error:
+            raise ValueError(
+                f"{path!r} is not a valid TFLite model (its flatbuffer "
+                f"does not parse: {type(error).__name__}: {error})."
+            ) from None
     builtin_names = {
         code: name
         for name, code in vars(schema.BuiltinOperator).items()
@@ -380,16 +782,33 @@ def _ordered_outputs(results):
     return [results[name] for name in sorted(results, key=index)]
 
 
+def _feed(runner, names, arrays, path):
+    """The inputs keyed by signature name, each in the file's dtype."""
+    details = runner.get_input_details()
+    missing = sorted(set(names) - set(details))
+    if missing:
+        raise ValueError(
+            f"{path!r} has inputs {sorted(details)}, not the model's "
+            f"{missing}: was it exported from this model?"
+        )
+    return {
+        name: _cast(array, details[name]["dtype"], f"`inputs` for {name!r}")
+        for name, array in zip(names, arrays)
+    }
+
+
 def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
     """Runs a `.tflite` file on the LiteRT interpreter and compares it with
-    the Keras model.
+    the Keras model (under any Keras backend).
 
     Args:
         path: the `.tflite` file (from `export_tflite`).
         model: the Keras model it was exported from.
-        inputs: one batch of inputs: an array, a list of arrays (one per
-            model input) or a dict keyed by input name. The file is resized
-            to its batch size when its batch dimension is dynamic.
+        inputs: one batch of inputs (at least one sample): an array, a list
+            of arrays (one per model input) or a dict keyed by input name,
+            each in its input's dtype (a bool mask as bool; floats are cast
+            to float inputs). The file is resized to their shapes where its
+            dimensions are dynamic.
         num_runs: how many invocations the median latency is taken over.
         num_threads: LiteRT CPU threads (`None`: LiteRT's default).
 
@@ -397,12 +816,12 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
         A `TFLiteReport` (its `str` is a printable table).
 
     Raises:
-        ValueError: bad arguments, or a file with non-builtin ops, which
-            this interpreter cannot run (the message lists them).
+        ValueError: bad arguments (a missing, empty, non-TFLite file or a
+            directory, an empty batch), or a file with non-builtin ops,
+            which this interpreter cannot run (the message lists them).
     """
     path = _check_path(path)
-    if not os.path.exists(path):
-        raise ValueError(f"No such file: path={path!r}")
+    _check_tflite_file(path)
     if not isinstance(num_runs, int) or num_runs < 1:
         raise ValueError(
             f"`num_runs` must be a positive int. Received: num_runs={num_runs}"
@@ -418,10 +837,15 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
         )
     from ai_edge_litert.interpreter import Interpreter
 
-    runner = Interpreter(
-        model_path=path, num_threads=num_threads
-    ).get_signature_runner()
-    feed = dict(zip(_input_names(model), arrays))
+    try:
+        runner = Interpreter(
+            model_path=path, num_threads=num_threads
+        ).get_signature_runner()
+    except (RuntimeError, ValueError) as error:
+        raise ValueError(
+            f"LiteRT cannot load {path!r}: {error}".rstrip()
+        ) from None
+    feed = _feed(runner, _input_names(model), arrays, path)
     got = _ordered_outputs(runner(**feed))
     expected = model(arrays if len(arrays) > 1 else arrays[0], training=False)
     expected = [
@@ -433,10 +857,12 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
             f"{len(expected)}: was it exported from this model?"
         )
     max_abs = max(
-        float(np.max(np.abs(g.astype("float64") - e)))
+        float(
+            np.max(np.abs(g.astype("float64") - e.astype("float64")), initial=0)
+        )
         for g, e in zip(got, expected)
     )
-    scale = max(float(np.max(np.abs(e))) for e in expected)
+    scale = max(float(np.max(np.abs(e), initial=0)) for e in expected)
     timings = []
     for _ in range(num_runs):
         start = time.perf_counter()

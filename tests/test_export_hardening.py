@@ -1,0 +1,450 @@
+"""Regression tests for the export items of issue 11: dynamic length with
+padding masks (9), inputs in their own dtypes (10), empty calibration (11),
+`overwrite` (12) and clear errors from `verify_tflite` and the command line
+(15).
+
+Conversions are few (each costs seconds; a TensorFlow subprocess under
+other backends) and shared through module-scoped fixtures. Float32 files
+match Keras within 1e-5 absolute, the bound of tests/test_export.py.
+"""
+
+import os
+
+import keras
+import numpy as np
+import numpy_reference as ref
+import pytest
+
+import cvattn_keras as cvk
+from cvattn_keras.export import __main__ as cli
+
+pytestmark = pytest.mark.slow
+
+FLOAT32_TOLERANCE = 1e-5  # as tests/test_export.py: float32 kernels
+
+
+def _run_cli(args, capfd):
+    """`(exit status, stdout, stderr)` of the command line, run in this
+    process (TensorFlow) or in its subprocess (other backends)."""
+    try:
+        code = cli.main([str(a) for a in args])
+    except SystemExit as exit:  # argparse errors, in this process
+        code = exit.code
+    captured = capfd.readouterr()
+    return code, captured.out, captured.err
+
+
+def _assert_one_line_error(code, err, *fragments):
+    assert code not in (0, None), err
+    lines = [line for line in err.strip().splitlines() if line]
+    assert lines[-1].startswith("python -m cvattn_keras.export: error: ") or (
+        lines[-1].startswith("error: ")
+    ), err
+    assert "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in lines[-1], err
+
+
+# ----------------------------------------------------------------------
+# Item 9: variable length with padding masks exports builtin-only.
+# ----------------------------------------------------------------------
+
+
+def _variable_length_model():
+    """`Input((None, F))` masked three ways: a Keras `Masking` layer into
+    ComplexMultiHeadAttention, an explicit bool `value_mask` input, and an
+    encoder block's `padding_mask`, plus an explicit `(B, T, T)`
+    `attention_mask`."""
+    frames = keras.Input((None, 4), name="frames")
+    padding = keras.Input((None,), dtype="bool", name="padding")
+    pairs = keras.Input((None, None), dtype="bool", name="pairs")
+    masked = keras.layers.Masking()(frames)
+    x = cvk.layers.ComplexMultiHeadAttention(2, 3, name="keras_mask")(
+        masked, masked
+    )
+    x = cvk.layers.ComplexMultiHeadAttention(
+        2, 3, softmax="abs", name="value_mask"
+    )(x, x, value_mask=padding, attention_mask=pairs)
+    x = cvk.layers.ComplexTransformerEncoder(num_heads=2, name="encoder")(
+        x, padding_mask=padding
+    )
+    return keras.Model([frames, padding, pairs], x)
+
+
+def _variable_length_inputs(rng, length):
+    frames = cvk.to_stacked(ref.random_complex(rng, (3, length, 2)))
+    padding = np.ones((3, length), bool)
+    padding[1, length // 2 :] = False
+    frames[1, length // 2 :] = 0.0  # what Masking detects
+    pairs = rng.random((3, length, length)) < 0.7
+    pairs[:, :, 0] = True  # no fully masked row in every layer
+    return [frames.astype("float32"), padding, pairs]
+
+
+def test_variable_length_with_padding_masks_exports_builtin_only(rng, tmp_path):
+    model = _variable_length_model()
+    path = cvk.export.export_tflite(model, tmp_path / "m.tflite")
+    for length in (7, 3):  # one file, any length
+        report = cvk.export.verify_tflite(
+            path, model, _variable_length_inputs(rng, length)
+        )
+        assert report.builtin_only, report
+        assert report.max_abs_error <= FLOAT32_TOLERANCE, report
+
+
+class _NewAxisSlice(keras.layers.Layer):
+    """`x[:, None, :, None]` on a `(B, T)` tensor with both dimensions
+    unknown: TFLite's converter cannot lower that strided slice."""
+
+    def call(self, x):
+        return x[:, None, :, None] * 2.0
+
+
+@pytest.mark.tensorflow_only  # a layer that only this process can load
+def test_a_non_complex_unsupported_op_does_not_blame_complex_dtypes(tmp_path):
+    inputs = keras.Input((None,), name="x")
+    model = keras.Model(inputs, _NewAxisSlice(name="slicer")(inputs))
+    with pytest.raises(cvk.export.UnsupportedOpsError) as info:
+        cvk.export.export_tflite(model, tmp_path / "m.tflite")
+    error = info.value
+    assert error.ops == ["StridedSlice"]
+    assert error.layers == ["slicer"]
+    assert not error.involves_complex
+    assert "complex" not in str(error).lower(), str(error)
+    assert "expand_dims" in str(error)  # the hint for this failure
+    assert any("new_axis_mask" in line for line in error.details)
+    assert not (tmp_path / "m.tflite").exists()
+
+
+@pytest.mark.parametrize(
+    "ops, details, involves_complex",
+    [
+        (["StridedSlice"], ["tf.StridedSlice(tensor<?x?xi1>) -> ()"], False),
+        (["Where"], [], False),
+        (["Cast"], ["tf.Cast(tensor<2xcomplex<f32>>) -> tensor<2xf32>"], 1),
+        (["ComplexAbs"], [], True),
+    ],
+)
+def test_unsupported_ops_error_blames_complex_only_when_involved(
+    ops, details, involves_complex
+):
+    error = cvk.export.UnsupportedOpsError(ops, ["layer"], details)
+    assert error.involves_complex == bool(involves_complex)
+    assert ("complex dtypes" in str(error)) == bool(involves_complex)
+    assert isinstance(error, ValueError) and str(ops) in str(error)
+
+
+# ----------------------------------------------------------------------
+# Item 10: bool and int inputs, verified and calibrated in their dtypes.
+# ----------------------------------------------------------------------
+
+
+def _typed_model():
+    """A float input, an int32 token input (embedded, added to it) and a
+    bool key padding mask; fixed length."""
+    frames = keras.Input((5, 4), name="frames")
+    tokens = keras.Input((5,), dtype="int32", name="tokens")
+    padding = keras.Input((5,), dtype="bool", name="padding")
+    x = keras.layers.Add()([frames, keras.layers.Embedding(6, 4)(tokens)])
+    x = cvk.layers.ComplexMultiHeadAttention(2, 3)(x, x, value_mask=padding)
+    return keras.Model([frames, tokens, padding], x)
+
+
+def _typed_inputs(rng, batch):
+    frames = rng.standard_normal((batch, 5, 4)).astype("float32")
+    tokens = rng.integers(0, 6, (batch, 5)).astype("int32")
+    padding = rng.random((batch, 5)) < 0.7
+    padding[:, 0] = True
+    return [frames, tokens, padding]
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory):
+    keras.utils.set_random_seed(3)
+    model = _typed_model()
+    directory = tmp_path_factory.mktemp("typed")
+    data = _typed_inputs(np.random.default_rng(3), 32)
+    float_path = cvk.export.export_tflite(
+        model, os.path.join(directory, "float.tflite")
+    )
+    int8_path = cvk.export.export_tflite(
+        model,
+        os.path.join(directory, "int8.tflite"),
+        quantization="int8",
+        representative_data=data,
+    )
+    return model, data, float_path, int8_path, directory
+
+
+def test_verify_feeds_bool_and_int_inputs_in_their_dtypes(typed):
+    model, data, float_path, _, _ = typed
+    report = cvk.export.verify_tflite(float_path, model, data)
+    assert report.builtin_only
+    assert report.max_abs_error <= FLOAT32_TOLERANCE, report
+    # Exact values in another dtype are converted (0/1 floats for a bool
+    # mask, float token ids); the result is the same.
+    loose = [data[0], data[1].astype("float64"), data[2].astype("float32")]
+    again = cvk.export.verify_tflite(float_path, model, loose)
+    assert again.max_abs_error == report.max_abs_error
+
+
+def test_verify_refuses_values_that_do_not_fit_the_input_dtype(typed):
+    model, data, float_path, _, _ = typed
+    halves = data[2].astype("float32") * 0.5
+    with pytest.raises(ValueError, match="'padding'.*bool"):
+        cvk.export.verify_tflite(float_path, model, [data[0], data[1], halves])
+    fractional = data[1] + 0.25
+    with pytest.raises(ValueError, match="'tokens'.*int32"):
+        cvk.export.verify_tflite(
+            float_path, model, [data[0], fractional, data[2]]
+        )
+
+
+def test_int8_calibrates_on_bool_and_int_inputs(typed):
+    model, data, _, int8_path, _ = typed
+    report = cvk.export.verify_tflite(int8_path, model, data[:8])
+    assert "QUANTIZE" in report.ops  # calibrated: integer kernels in use
+    # The int8 bound of tests/test_export.py (relative to the output).
+    assert report.max_rel_error <= 0.15, report
+
+
+def test_command_line_verifies_and_calibrates_typed_inputs(typed, capfd):
+    """`--verify` draws random inputs in each input's dtype; int8 is
+    calibrated on `--representative-data`, keyed by input name."""
+    model, data, _, _, directory = typed
+    keras_path = os.path.join(directory, "typed.keras")
+    model.save(keras_path)
+    npz = os.path.join(directory, "calibration.npz")
+    np.savez(npz, frames=data[0], tokens=data[1], padding=data[2])
+    out = os.path.join(directory, "cli_int8.tflite")
+    code, printed, err = _run_cli(
+        [
+            keras_path,
+            out,
+            "--quantize",
+            "int8",
+            "--representative-data",
+            npz,
+            "--calibration-samples",
+            "8",
+            "--verify",
+        ],
+        capfd,
+    )
+    assert code == 0, err
+    assert "quantization: int8" in printed
+    assert "non-builtin ops  none" in printed
+    wrong = os.path.join(directory, "wrong.npz")
+    np.savez(wrong, frames=data[0])
+    code, _, err = _run_cli(
+        [
+            keras_path,
+            os.path.join(directory, "other.tflite"),
+            "--quantize",
+            "int8",
+            "--representative-data",
+            wrong,
+        ],
+        capfd,
+    )
+    _assert_one_line_error(code, err, "wrong.npz", "'padding'")
+
+
+# ----------------------------------------------------------------------
+# Item 11: int8 never silently falls back to a float model.
+# ----------------------------------------------------------------------
+
+
+def _small_model():
+    inputs = keras.Input((3, 4), name="x")
+    return keras.Model(inputs, cvk.layers.ComplexDense(2)(inputs))
+
+
+def _empty():
+    return iter(())
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_calibration_samples=0), "num_calibration_samples=0"),
+        (dict(num_calibration_samples=-5), "num_calibration_samples=-5"),
+        (dict(num_calibration_samples=2.0), "num_calibration_samples=2.0"),
+        (dict(num_calibration_samples=True), "num_calibration_samples"),
+        (
+            dict(representative_data=np.zeros((0, 3, 4), "float32")),
+            "representative_data.*at least one sample",
+        ),
+        (dict(representative_data=[]), "representative_data"),
+        (dict(representative_data=_empty), "representative_data.*no samp"),
+    ],
+)
+def test_int8_without_calibration_samples_is_an_error(
+    tmp_path, monkeypatch, kwargs, match
+):
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("validation must come before conversion")
+
+    monkeypatch.setattr(cvk.export, "_convert", no_conversion)
+    monkeypatch.setattr(cvk.export, "_convert_in_subprocess", no_conversion)
+    args = dict(
+        quantization="int8",
+        representative_data=np.ones((4, 3, 4), "float32"),
+    )
+    args.update(kwargs)
+    path = tmp_path / "m.tflite"
+    with pytest.raises(ValueError, match=match):
+        cvk.export.export_tflite(_small_model(), path, **args)
+    assert not path.exists()
+
+
+# ----------------------------------------------------------------------
+# Item 12: overwrite, and a directory as the output.
+# ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A small model exported with the default `overwrite=True` over an
+    existing junk file, which it must replace."""
+    keras.utils.set_random_seed(5)
+    model = _small_model()
+    directory = tmp_path_factory.mktemp("small")
+    path = os.path.join(directory, "small.tflite")
+    with open(path, "wb") as f:
+        f.write(b"junk")
+    cvk.export.export_tflite(model, path)
+    return model, path
+
+
+def test_default_overwrite_replaces_an_existing_file(small):
+    model, path = small
+    with open(path, "rb") as f:
+        assert f.read(8)[4:] == b"TFL3"  # no longer the junk
+    report = cvk.export.verify_tflite(path, model, np.ones((2, 3, 4)))
+    assert report.max_abs_error <= FLOAT32_TOLERANCE
+
+
+def test_overwrite_false_keeps_the_file_and_refuses_before_converting(
+    tmp_path, monkeypatch
+):
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("the refusal must come before conversion")
+
+    monkeypatch.setattr(cvk.export, "_convert", no_conversion)
+    monkeypatch.setattr(cvk.export, "_convert_in_subprocess", no_conversion)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(b"keep me")
+    with pytest.raises(FileExistsError, match="overwrite=True") as info:
+        cvk.export.export_tflite(_small_model(), path, overwrite=False)
+    assert isinstance(info.value, ValueError)  # a bad argument, too
+    assert path.read_bytes() == b"keep me"
+    directory = tmp_path / "d.tflite"
+    directory.mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        cvk.export.export_tflite(_small_model(), directory)
+    with pytest.raises(ValueError, match="overwrite='yes'"):
+        cvk.export.export_tflite(_small_model(), path, overwrite="yes")
+
+
+def test_command_line_refuses_an_existing_output(small, tmp_path, capfd):
+    model, _ = small
+    keras_path = tmp_path / "m.keras"
+    model.save(keras_path)
+    out = tmp_path / "m.tflite"
+    out.write_bytes(b"keep me")
+    code, _, err = _run_cli([keras_path, out], capfd)
+    _assert_one_line_error(code, err, "already exists", "--overwrite")
+    assert out.read_bytes() == b"keep me"
+    directory = tmp_path / "d.tflite"
+    directory.mkdir()
+    code, _, err = _run_cli([keras_path, directory], capfd)
+    _assert_one_line_error(code, err, "is a directory")
+    code, printed, err = _run_cli([keras_path, out, "--overwrite"], capfd)
+    assert code == 0, err
+    assert "wrote" in printed and out.read_bytes()[4:8] == b"TFL3"
+
+
+# ----------------------------------------------------------------------
+# Item 15: verify_tflite and the command line on bad files and numbers.
+# ----------------------------------------------------------------------
+
+
+def test_verify_on_a_junk_empty_or_directory_path(small, tmp_path):
+    model, _ = small
+    inputs = np.ones((1, 3, 4), "float32")
+    empty = tmp_path / "empty.tflite"
+    empty.write_bytes(b"")
+    with pytest.raises(ValueError, match="empty.tflite' is empty"):
+        cvk.export.verify_tflite(empty, model, inputs)
+    junk = tmp_path / "junk.tflite"
+    junk.write_bytes(b"this is not a flatbuffer at all")
+    with pytest.raises(ValueError, match="junk.tflite' is not a TFLite"):
+        cvk.export.verify_tflite(junk, model, inputs)
+    short = tmp_path / "short.tflite"
+    short.write_bytes(b"\x00\x01")
+    with pytest.raises(ValueError, match="short.tflite' is not a TFLite"):
+        cvk.export.verify_tflite(short, model, inputs)
+    directory = tmp_path / "d.tflite"
+    directory.mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        cvk.export.verify_tflite(directory, model, inputs)
+
+
+def test_verify_on_a_truncated_file(small, tmp_path):
+    model, path = small
+    with open(path, "rb") as f:
+        head = f.read(64)  # the identifier is there, the rest is missing
+    truncated = tmp_path / "truncated.tflite"
+    truncated.write_bytes(head)
+    with pytest.raises(ValueError, match="truncated.tflite"):
+        cvk.export.verify_tflite(truncated, model, np.ones((1, 3, 4)))
+
+
+def test_verify_on_an_empty_batch(small):
+    model, path = small
+    with pytest.raises(ValueError, match="`inputs` must hold at least one"):
+        cvk.export.verify_tflite(path, model, np.ones((0, 3, 4), "float32"))
+
+
+@pytest.mark.parametrize(
+    "contents, name",
+    [
+        (b"not a zip", "text.keras"),
+        (None, "config-less.keras"),  # a zip without a model in it
+    ],
+)
+def test_command_line_on_a_file_that_is_not_a_model(
+    tmp_path, capfd, contents, name
+):
+    import zipfile
+
+    path = tmp_path / name
+    if contents is None:
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("notes.txt", "hello")
+    else:
+        path.write_bytes(contents)
+    code, _, err = _run_cli([path, tmp_path / "m.tflite"], capfd)
+    _assert_one_line_error(code, err, name)
+    assert code == 2
+    assert not (tmp_path / "m.tflite").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--batch-size", "0"),
+        ("--calibration-samples", "-3"),
+        ("--sequence-length", "0"),
+        ("--batch-size", "two"),
+    ],
+)
+def test_command_line_rejects_non_positive_numbers(
+    tmp_path, capfd, flag, value
+):
+    code, _, err = _run_cli(
+        [tmp_path / "m.keras", tmp_path / "m.tflite", flag, value], capfd
+    )
+    _assert_one_line_error(code, err, flag, value)
+    assert code == 2
