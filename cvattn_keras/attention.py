@@ -26,8 +26,9 @@ Every complex product here is a real matmul on stacked vectors. Writing
 vectors, `Re(a conj(b)) = s(a, b)` and `Im(a conj(b)) = s(a, i b)`. So the
 real part of the inner-product score is one real dot product of width 2H,
 and CAtt is exactly a real scaled-dot-product attention of head width 2H
-(it runs through `keras.ops.dot_product_attention`, with the keys conjugated
-for the bilinear product). The other variants
+(it runs through `keras.ops.dot_product_attention` when the value heads
+are as wide as the key heads, with the keys conjugated for the bilinear
+product). The other variants
 stack the keys `[k, i k]` along the key axis, one matmul of width 2S giving
 `[Re A | Im A]`, and stack the values `[v, i v]` the same way, one matmul
 for the complex `W v`.
@@ -53,6 +54,7 @@ __all__ = [
     "SOFTMAX_VARIANTS",
     "apply_weights",
     "attention_weights",
+    "check_mask_shape",
     "complex_dot_product_attention",
     "complex_scores",
     "expand_mask",
@@ -152,13 +154,30 @@ def parse_variant(name):
     >>> parse_variant("CAttip")
     ('real', 'inner')
     """
+    valid = (
+        "one of ['realip', 'absip', 'absonlyip', 'naivip', 'realcp', "
+        "'abscp', 'absonlycp', 'naivcp'] (any softmax alias before the "
+        "suffix, in any case)"
+    )
     if not isinstance(name, str) or name.lower()[-2:] not in ("ip", "cp"):
         raise ValueError(
             "A compound variant is a softmax name followed by 'ip' or 'cp', "
-            "one of ['realip', 'absip', 'absonlyip', 'naivip', 'realcp', "
-            f"'abscp', 'absonlycp', 'naivcp']. Received: {name!r}"
+            f"{valid}; the product suffix is missing. Received: {name!r}"
         )
-    return resolve_softmax(name[:-2]), resolve_product(name[-2:])
+    if len(name) == 2:
+        raise ValueError(
+            f"The compound variant {name!r} has the product suffix but no "
+            f"softmax name before it; a compound variant is {valid}. "
+            f"Received: {name!r}"
+        )
+    try:
+        softmax = resolve_softmax(name[:-2])
+    except ValueError as error:
+        raise ValueError(
+            f"The compound variant {name!r} does not start with a softmax "
+            f"name. {error}"
+        ) from None
+    return softmax, resolve_product(name[-2:])
 
 
 @contextlib.contextmanager
@@ -192,9 +211,9 @@ def expand_mask(mask):
     mask = ops.cast(mask, "bool")
     rank = len(mask.shape)
     if rank == 2:  # (T, S)
-        return mask[None, None, :, :]
+        return ops.expand_dims(mask, (0, 1))
     if rank == 3:  # (B, T, S)
-        return mask[:, None, :, :]
+        return ops.expand_dims(mask, 1)
     if rank == 4:  # (B, N, T, S)
         return mask
     raise ValueError(
@@ -203,7 +222,32 @@ def expand_mask(mask):
     )
 
 
-def complex_scores(query, key, product="inner", scale=1.0, real_only=False):
+def check_mask_shape(mask_shape, target, name, layout):
+    """Raises a `ValueError` naming `name` unless a mask of static shape
+    `mask_shape` broadcasts to `target`: the same rank, and each axis 1,
+    unknown (`None`) or equal to the target's. `layout` names the target's
+    axes, e.g. `"(B, T, S)"`. Unknown sizes are not checked (they are
+    only known when the graph runs)."""
+    shape = tuple(mask_shape)
+    target = tuple(target)
+    if len(shape) != len(target) or any(
+        size not in (None, 1) and want is not None and size != want
+        for size, want in zip(shape, target)
+    ):
+        raise ValueError(
+            f"`{name}` must have a shape that broadcasts to {layout} = "
+            f"{target}. Received: {name}.shape={shape}"
+        )
+
+
+def complex_scores(
+    query,
+    key,
+    product="inner",
+    scale=1.0,
+    real_only=False,
+    score_dtype=None,
+):
     """The scaled complex scores `A = scale * <q, k>` of every head.
 
     Args:
@@ -212,6 +256,10 @@ def complex_scores(query, key, product="inner", scale=1.0, real_only=False):
         product: `"inner"` (`q conj(k)^T`) or `"bilinear"` (`q k^T`).
         scale: multiplies both parts of the score.
         real_only: compute only `Re A`, one matmul of width S.
+        score_dtype: the dtype of the returned scores. Defaults to the
+            operands'. When it differs (bfloat16 operands, float32
+            scores), the matmul takes the operands as they are, its output
+            is cast to `score_dtype` and then scaled.
 
     Returns:
         `(B, N, T, 2S)` with `[Re A | Im A]` on the last axis, or
@@ -223,10 +271,30 @@ def complex_scores(query, key, product="inner", scale=1.0, real_only=False):
     key = key if product == "inner" else cx.conjugate(key)
     if not real_only:
         key = ops.concatenate([key, cx.times_i(key)], axis=1)  # (B, 2S, N, 2H)
-    # Scaling the query rather than the scores touches T*2H numbers, not
-    # T*2S (and no more in the gradient).
-    query = query * ops.cast(scale, query.dtype)
-    return ops.einsum("btnh,bsnh->bnts", query, key)
+    equation = "btnh,bsnh->bnts"
+    if score_dtype is None or backend.standardize_dtype(
+        score_dtype
+    ) == backend.standardize_dtype(query.dtype):
+        # Scaling the query rather than the scores touches T*2H numbers,
+        # not T*2S (and no more in the gradient).
+        query = query * ops.cast(scale, query.dtype)
+        return ops.einsum(equation, query, key)
+    # Low-precision operands: scale the widened scores, so that the scale
+    # adds no rounding of its own.
+    scores = ops.cast(ops.einsum(equation, query, key), score_dtype)
+    return scores * ops.cast(scale, score_dtype)
+
+
+def _softmax(logits):
+    """`keras.ops.softmax` over the last axis. Over a (static) axis of
+    size 1, where `ops.softmax` warns ("did you mean sigmoid?") although a
+    single key is legitimate here, the same numbers by its definition:
+    `exp(x - max) / sum` is exactly 1 for a finite logit (NaN for a
+    non-finite one, as `ops.softmax` gives), with gradient 0."""
+    if logits.shape[-1] != 1:
+        return ops.softmax(logits, axis=-1)
+    exp = ops.exp(logits - ops.stop_gradient(logits))
+    return exp / ops.sum(exp, axis=-1, keepdims=True)
 
 
 def _masked_softmax(logits, mask):
@@ -241,11 +309,11 @@ def _masked_softmax(logits, mask):
     quantization calibrates each tensor's range, which the fill would swamp.
     """
     if mask is None:
-        return ops.softmax(logits, axis=-1)
+        return _softmax(logits)
     if _FILL_MASKED.get():
         half = backend.standardize_dtype(logits.dtype) == "float16"
         fill = ops.cast(_LARGE_NEGATIVE[half], logits.dtype)
-        weights = ops.softmax(ops.where(mask, logits, fill), axis=-1)
+        weights = _softmax(ops.where(mask, logits, fill))
         # A row with nothing to attend came out uniform: make it 0.
         has_key = ops.any(mask, axis=-1, keepdims=True)
         return weights * ops.cast(has_key, weights.dtype)
@@ -331,8 +399,14 @@ def complex_dot_product_attention(
 ):
     """Complex multi-head attention on stacked per-head tensors.
 
-    Scores and softmax are computed in float32 whatever the input dtype
-    (mixed precision); the output is in `value`'s dtype.
+    Precision (mixed precision): the softmax, moduli and masking are
+    computed in float32 whatever the input dtype (float64 stays float64).
+    The matmuls take bfloat16 operands as they come (as Keras'
+    `MultiHeadAttention` does), their scores cast to float32 before the
+    softmax and the weights cast to bfloat16 for the product with the
+    values; float16 queries and keys are widened to float32 for the scores
+    (float16 scores overflow beyond 65504). The output is in `value`'s
+    dtype.
 
     Args:
         query: `(B, T, N, 2H)`.
@@ -365,33 +439,39 @@ def complex_dot_product_attention(
     product = resolve_product(product)
     dropout = check.rate(dropout, "dropout")
     head_dim = cx.check_even(query.shape[-1], "query.shape[-1]") // 2
-    if key.shape[-1] != query.shape[-1] or len(key.shape) != 4:
-        raise ValueError(
-            "`query` (B, T, N, 2H) and `key` (B, S, N, 2H) must have the "
-            f"same head width. Received: query.shape={tuple(query.shape)}, "
-            f"key.shape={tuple(key.shape)}"
-        )
+    _check_shapes(query, key, value)
     if scale is None:
         scale = head_dim**-0.5
     mask = expand_mask(mask)
+    if mask is not None:
+        batch, length, heads = query.shape[:3]
+        check_mask_shape(
+            mask.shape,
+            (batch, heads, length, key.shape[1]),
+            "mask",
+            "(B, N, T, S)",
+        )
     out_dtype = value.dtype
-    # Scores in float32 at least (float64 stays float64).
-    score_dtype = "float64" if out_dtype == "float64" else "float32"
-    query = ops.cast(query, score_dtype)
-    key = ops.cast(key, score_dtype)
+    matmul_dtype, score_dtype = _precision(query.dtype, key.dtype)
+    query = ops.cast(query, matmul_dtype)
+    key = ops.cast(key, matmul_dtype)
 
     if (
         softmax == "real"
         and not return_weights
         and not dropout
         and (mask is None or _FILL_MASKED.get())
+        and value.shape[-1] == query.shape[-1]
     ):
-        # CAtt is a real attention of width 2H: use the fused kernel. For
-        # the bilinear product, Re(q k^T) = Re(q conj(conj k)^T).
+        # CAtt is a real attention of width 2H: use the fused kernel (which
+        # needs values as wide as the keys on some backends, e.g. JAX's).
+        # Its scores and softmax are float32 for bfloat16 operands, as
+        # Keras' MultiHeadAttention's. For the bilinear product,
+        # Re(q k^T) = Re(q conj(conj k)^T).
         if product == "bilinear":
             key = cx.conjugate(key)
         outputs = ops.dot_product_attention(
-            query, key, ops.cast(value, score_dtype), mask=mask, scale=scale
+            query, key, ops.cast(value, matmul_dtype), mask=mask, scale=scale
         )
         if mask is not None:
             # The fused kernel spreads a fully masked row uniformly; such a
@@ -402,7 +482,12 @@ def complex_dot_product_attention(
         return ops.cast(outputs, out_dtype)
 
     scores = complex_scores(
-        query, key, product, scale, real_only=softmax == "real"
+        query,
+        key,
+        product,
+        scale,
+        real_only=softmax == "real",
+        score_dtype=score_dtype,
     )
     weights = attention_weights(scores, softmax, mask)
     kept = weights
@@ -414,6 +499,57 @@ def complex_dot_product_attention(
     if softmax in _REAL_WEIGHTS:
         weights = cx.merge(weights, ops.zeros_like(weights))
     return outputs, ops.cast(weights, out_dtype)
+
+
+def _precision(query_dtype, key_dtype):
+    """`(matmul_dtype, score_dtype)` for the score matmul: bfloat16
+    operands stay bfloat16 (the matmul units' native type; its range is
+    float32's), their scores are cast to float32; float16 operands are
+    widened to float32 first, since scores beyond 65504 would overflow;
+    float64 stays float64; anything else computes in float32."""
+    dtype = backend.result_type(query_dtype, key_dtype)
+    if dtype == "bfloat16":
+        return "bfloat16", "float32"
+    if dtype == "float64":
+        return "float64", "float64"
+    return "float32", "float32"
+
+
+def _check_shapes(query, key, value):
+    """Raises unless `query` `(B, T, N, 2H)`, `key` `(B, S, N, 2H)` and
+    `value` `(B, S, N, 2V)` agree where their static shapes are known."""
+    shapes = {
+        "query": tuple(query.shape),
+        "key": tuple(key.shape),
+        "value": tuple(value.shape),
+    }
+    received = ", ".join(f"{n}.shape={s}" for n, s in shapes.items())
+    if any(len(shape) != 4 for shape in shapes.values()):
+        raise ValueError(
+            "`query`, `key` and `value` must have rank 4, (B, T, N, 2H), "
+            f"(B, S, N, 2H) and (B, S, N, 2V). Received: {received}"
+        )
+
+    def agree(*sizes):
+        known = {size for size in sizes if size is not None}
+        return len(known) <= 1
+
+    if shapes["key"][-1] != shapes["query"][-1]:
+        raise ValueError(
+            "`query` (B, T, N, 2H) and `key` (B, S, N, 2H) must have the "
+            f"same head width. Received: {received}"
+        )
+    for what, axis, names in (
+        ("batch size (axis 0)", 0, ("query", "key", "value")),
+        ("number of heads (axis 2)", 2, ("query", "key", "value")),
+        ("length (axis 1)", 1, ("key", "value")),
+    ):
+        if not agree(*(shapes[name][axis] for name in names)):
+            raise ValueError(
+                f"{', '.join(f'`{n}`' for n in names)} must have the same "
+                f"{what}. Received: {received}"
+            )
+    cx.check_even(shapes["value"][-1], "value.shape[-1]")
 
 
 def _dropout(weights, softmax, rate, seed):

@@ -1,5 +1,6 @@
 """Runs the layers on whichever Keras backend KERAS_BACKEND selects and
-checks them against the NumPy reference: `KERAS_BACKEND=jax python
+checks them against the NumPy reference (every variant, value heads unlike
+key heads, one key): `KERAS_BACKEND=jax python
 tests/backend_smoke.py`. `test_backends.py` runs it for JAX and PyTorch
 when they are installed. Prints the worst parity error; exits 1 on failure.
 """
@@ -63,6 +64,28 @@ def main():
             ):
                 got = cvk.from_stacked(keras.ops.convert_to_numpy(got))
                 worst = max(worst, float(np.abs(got - want).max()))
+    # The fused CAtt path with value_dim != key_dim (it crashed on JAX),
+    # and attention over one key (S = 1) for every variant.
+    for softmax in cvk.attention.SOFTMAX_VARIANTS:
+        for keys, value_dim in ((6, 2), (1, 3)):
+            query = ref.random_complex(rng, (2, 4, 3))
+            value = ref.random_complex(rng, (2, keys, 3))
+            layer = cvk.layers.ComplexMultiHeadAttention(
+                2, 3, value_dim=value_dim, softmax=softmax
+            )
+            out = layer(cvk.to_stacked(query), cvk.to_stacked(value))
+            expected, _ = ref.multi_head_attention(
+                query,
+                value,
+                value,
+                ref.attention_params(layer),
+                2,
+                softmax,
+                "inner",
+                3**-0.5,
+            )
+            got = cvk.from_stacked(keras.ops.convert_to_numpy(out))
+            worst = max(worst, float(np.abs(got - expected).max()))
     model = all_blocks_model()
     inputs = all_blocks_inputs(rng)
     model.compile("adam", "mse")

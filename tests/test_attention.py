@@ -1,9 +1,11 @@
 """Tests of the functional attention core (cvattn_keras.attention)."""
 
+import keras
 import numpy as np
 import numpy_reference as ref
 import pytest
-import tensorflow as tf
+from models import gradients
+from models import to_numpy
 
 import cvattn_keras as cvk
 from cvattn_keras import attention as att
@@ -32,9 +34,9 @@ WORKED = {
 }
 
 
-def _heads(z):
-    """Complex (B, L, N, h) -> stacked per head, float32 tensor."""
-    return tf.constant(cvk.to_stacked(z))
+def _heads(z, dtype="float32"):
+    """Complex (B, L, N, h) -> stacked per head, a tensor of `dtype`."""
+    return keras.ops.convert_to_tensor(cvk.to_stacked(z), dtype)
 
 
 def _row_inputs(scores, product):
@@ -76,12 +78,15 @@ def test_abs_with_an_exactly_zero_score():
 @pytest.mark.parametrize("softmax", ["abs", "absonly"])
 def test_zero_score_has_finite_gradients(softmax):
     q, k = _row_inputs(np.array([0, 1 + 1j, -2]), "inner")
-    with tf.GradientTape() as tape:
-        tape.watch([q, k])
+
+    def loss(q, k):
         out = att.complex_dot_product_attention(q, k, k, softmax, scale=1.0)
-        loss = tf.reduce_sum(out**2)
-    for grad in tape.gradient(loss, [q, k]):
-        assert np.all(np.isfinite(grad.numpy()))
+        return keras.ops.sum(out**2)
+
+    _, grads, _ = gradients(loss, [to_numpy(q), to_numpy(k)])
+    for grad in grads:
+        assert np.all(np.isfinite(grad))
+        assert np.any(grad != 0)  # the gradient does reach q and k
 
 
 @pytest.mark.parametrize("softmax, product", VARIANTS)
@@ -146,8 +151,8 @@ def test_dropout_shares_one_mask_between_parts(rng):
         att.complex_scores(q, k, "inner", 1.0), "naive"
     )
     dropped = att._dropout(weights, "naive", 0.5, seed=3)
-    re, im = np.split(dropped.numpy(), 2, axis=-1)
-    wre, wim = np.split(weights.numpy(), 2, axis=-1)
+    re, im = np.split(to_numpy(dropped), 2, axis=-1)
+    wre, wim = np.split(to_numpy(weights), 2, axis=-1)
     assert np.array_equal(re == 0, im == 0)
     assert 0.3 < np.mean(re == 0) < 0.7
     kept = re != 0
@@ -207,14 +212,205 @@ def test_half_precision_inputs_get_float32_scores(rng, softmax, return_weights):
     k = q.copy()
     k[:, 1] *= -1  # scores +A and -A
     v = rng.standard_normal((1, 2, 1, 4))
-    half = [tf.constant(a, tf.float16) for a in (q, k, v)]
+    half = [keras.ops.convert_to_tensor(a, "float16") for a in (q, k, v)]
     result = att.complex_dot_product_attention(
         *half, softmax, scale=1.0, return_weights=return_weights
     )
     out = result[0] if return_weights else result
-    assert out.dtype == tf.float16
-    assert np.all(np.isfinite(out.numpy()))
+    assert keras.backend.standardize_dtype(out.dtype) == "float16"
+    out = to_numpy(out).astype("float32")
+    assert np.all(np.isfinite(out))
     full = att.complex_dot_product_attention(
-        *[tf.constant(a, tf.float32) for a in (q, k, v)], softmax, scale=1.0
+        *[keras.ops.convert_to_tensor(a, "float32") for a in (q, k, v)],
+        softmax,
+        scale=1.0,
     )
-    np.testing.assert_allclose(out.numpy(), full.numpy(), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(out, to_numpy(full), rtol=2e-3, atol=2e-3)
+
+
+# ----------------------------------------------------------------------
+# Issue 11 item 13: errors that name the argument.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("ip", "'ip' has the product suffix but no softmax name"),
+        ("CP", "'CP' has the product suffix but no softmax name"),
+        ("", "the product suffix is missing. Received: ''"),
+        (None, "the product suffix is missing. Received: None"),
+        ("fooip", "compound variant 'fooip' .* Received: softmax='foo'"),
+    ],
+)
+def test_parse_variant_names_the_compound_and_what_is_missing(name, match):
+    with pytest.raises(ValueError, match=match) as info:
+        att.parse_variant(name)
+    # The regression: "ip" used to be reported as `softmax=''`.
+    assert "softmax=''" not in str(info.value)
+
+
+def test_core_rejects_masks_and_batches_that_do_not_fit(rng):
+    q = _heads(ref.random_complex(rng, (2, 3, 2, 2)))
+    kv = _heads(ref.random_complex(rng, (2, 5, 2, 2)))
+    for mask in (np.ones((3, 4), bool), np.ones((2, 3, 2, 3, 5), bool)):
+        with pytest.raises(ValueError, match="`mask`.*Received: mask.shape"):
+            att.complex_dot_product_attention(q, kv, kv, mask=mask)
+    other = _heads(ref.random_complex(rng, (3, 5, 2, 2)))
+    with pytest.raises(ValueError, match="same batch size"):
+        att.complex_dot_product_attention(q, other, other)
+    with pytest.raises(ValueError, match="same length"):
+        att.complex_dot_product_attention(q, kv, other[:2, :4])
+
+
+# ----------------------------------------------------------------------
+# Issue 11 item 16: attention over one key.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+@pytest.mark.parametrize("masked", [None, True, False])
+@pytest.mark.parametrize("return_weights", [False, True])
+def test_one_key_matches_the_reference_without_warning(
+    rng, softmax, product, masked, return_weights
+):
+    """S = 1: every weight is 1 (softmax over one key; for "abs" times the
+    score's phase) or 0 where masked. Keras warns for a softmax over an
+    axis of size 1 ("did you mean sigmoid?"); pytest turns warnings into
+    errors, so any warning fails this test."""
+    q = ref.random_complex(rng, (2, 3, 2, 2))
+    k = ref.random_complex(rng, (2, 1, 2, 2))
+    v = ref.random_complex(rng, (2, 1, 2, 3))
+    mask = None if masked is None else np.full((2, 3, 1), masked)
+    result = att.complex_dot_product_attention(
+        _heads(q),
+        _heads(k),
+        _heads(v),
+        softmax,
+        product,
+        mask=mask,
+        return_weights=return_weights,
+    )
+    out = result[0] if return_weights else result
+    to_bnth = lambda z: z.transpose(0, 2, 1, 3)  # noqa: E731
+    ref_out, ref_w = ref.attention(
+        to_bnth(q),
+        to_bnth(k),
+        to_bnth(v),
+        softmax,
+        product,
+        scale=2**-0.5,
+        mask=None if mask is None else mask[:, None],
+    )
+    # float32 on unit-scale data: 1e-5 absolute.
+    np.testing.assert_allclose(
+        cvk.from_stacked(out, "complex128"), to_bnth(ref_out), atol=1e-5
+    )
+    if return_weights:
+        np.testing.assert_allclose(
+            cvk.from_stacked(result[1], "complex128"), ref_w, atol=1e-5
+        )
+
+
+# ----------------------------------------------------------------------
+# Issue 9: the fused CAtt path with value heads unlike the key heads.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("product", att.PRODUCTS)
+@pytest.mark.parametrize("value_width", [1, 2, 5])
+@pytest.mark.parametrize("mask_rank", [None, 3])
+def test_fused_cattn_with_value_width_unlike_key_width(
+    rng, product, value_width, mask_rank
+):
+    """H = 3 complex features per key head, V = 1, 2 or 5 per value head:
+    JAX's fused kernel needs V = H (it crashed with `cannot reshape
+    array`); the output must equal the complex128 reference on every
+    backend."""
+    q = ref.random_complex(rng, (2, 4, 2, 3))
+    k = ref.random_complex(rng, (2, 6, 2, 3))
+    v = ref.random_complex(rng, (2, 6, 2, value_width))
+    mask = None
+    if mask_rank:
+        mask = rng.random((2, 4, 6)) > 0.4
+        mask[1, 2] = False  # a fully masked query row
+    out = att.complex_dot_product_attention(
+        _heads(q), _heads(k), _heads(v), "real", product, mask=mask
+    )
+    assert tuple(out.shape) == (2, 4, 2, 2 * value_width)
+    to_bnth = lambda z: z.transpose(0, 2, 1, 3)  # noqa: E731
+    expected, _ = ref.attention(
+        to_bnth(q),
+        to_bnth(k),
+        to_bnth(v),
+        "real",
+        product,
+        scale=3**-0.5,
+        mask=None if mask is None else mask[:, None],
+    )
+    # float32 on unit-scale data: 1e-5 absolute.
+    np.testing.assert_allclose(
+        cvk.from_stacked(out, "complex128"), to_bnth(expected), atol=1e-5
+    )
+
+
+# ----------------------------------------------------------------------
+# Issue 9 Build item 7: bfloat16 operands.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+@pytest.mark.parametrize("return_weights", [False, True])
+def test_bfloat16_operands_against_the_complex128_reference(
+    rng, softmax, product, return_weights
+):
+    """bfloat16 q, k, v (8 significant bits, about 2.4 decimal digits): the
+    scores come out of a bfloat16 matmul, the softmax runs in float32, the
+    weights are rounded to bfloat16 for the product with the values, and
+    the output is bfloat16. Each rounding is at most 2^-9 relative; the
+    output (size up to about 2, where a bfloat16 step is 2^-6) may carry
+    a few of them: bound 0.03 absolute (measured worst over 5 seeds and
+    both backends: 0.007); the weights (at most 1, step 2^-8): bound 0.01
+    (measured 0.003). A float32 computation is within 1e-6. The inputs are
+    rounded to bfloat16 before the reference sees them, so only the
+    computation's rounding is measured."""
+    shapes = {"q": (2, 5, 2, 4), "k": (2, 6, 2, 4), "v": (2, 6, 2, 3)}
+    inputs = {}
+    for name, shape in shapes.items():
+        stacked = _heads(ref.random_complex(rng, shape), "bfloat16")
+        inputs[name] = stacked
+    mask = rng.random((2, 5, 6)) > 0.3
+    mask[0, 1] = False
+    result = att.complex_dot_product_attention(
+        inputs["q"],
+        inputs["k"],
+        inputs["v"],
+        softmax,
+        product,
+        mask=mask,
+        return_weights=return_weights,
+    )
+    out = result[0] if return_weights else result
+    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
+    exact = {
+        name: cvk.from_stacked(to_numpy(x).astype("float64"), "complex128")
+        for name, x in inputs.items()
+    }
+    to_bnth = lambda z: z.transpose(0, 2, 1, 3)  # noqa: E731
+    expected, expected_w = ref.attention(
+        to_bnth(exact["q"]),
+        to_bnth(exact["k"]),
+        to_bnth(exact["v"]),
+        softmax,
+        product,
+        scale=4**-0.5,
+        mask=mask[:, None],
+    )
+    got = cvk.from_stacked(to_numpy(out).astype("float64"), "complex128")
+    np.testing.assert_allclose(got, to_bnth(expected), atol=0.03)
+    assert np.all(got[0, 1] == 0) and np.all(np.isfinite(got))
+    if return_weights:
+        got_w = to_numpy(result[1]).astype("float64")
+        np.testing.assert_allclose(
+            cvk.from_stacked(got_w, "complex128"), expected_w, atol=0.01
+        )

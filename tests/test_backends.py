@@ -1,10 +1,10 @@
 """The layers on the JAX and PyTorch backends, when installed.
 
 Layer code uses `keras.ops` only; this runs `backend_smoke.py` (parity of
-every variant against NumPy, the all-blocks model's fit and `.keras` round
-trip) in a subprocess per backend. The project installs neither backend, so
-in CI these are skipped; install `jax` or `torch` to run them.
-"""
+every variant against NumPy, value heads unlike key heads, one key, the
+all-blocks model's fit and `.keras` round trip) in a subprocess per
+backend, whatever backend the suite itself runs under. A backend that is
+not installed (torch, in the project's test environment) is skipped."""
 
 import importlib.util
 import os

@@ -3,6 +3,7 @@
 import numpy as np
 import numpy_reference as ref
 import pytest
+from models import to_numpy
 
 import cvattn_keras as cvk
 from cvattn_keras.layers import ComplexConv1D
@@ -51,8 +52,8 @@ def test_matches_numpy(rng, stride, dilation, padding):
         bias_initializer="random_normal",
     )
     y = layer(cvk.to_stacked(x))
-    kernel = layer.kernel_real.numpy() + 1j * layer.kernel_imag.numpy()
-    bias = layer.bias_real.numpy() + 1j * layer.bias_imag.numpy()
+    kernel = to_numpy(layer.kernel_real) + 1j * to_numpy(layer.kernel_imag)
+    bias = to_numpy(layer.bias_real) + 1j * to_numpy(layer.bias_imag)
     expected = _numpy_conv(x, kernel, bias, stride, dilation, padding)
     assert tuple(y.shape) == expected.shape[:2] + (8,)
     assert layer.compute_output_shape((2, 11, 6)) == tuple(y.shape)

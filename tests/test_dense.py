@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from models import to_numpy
 from numpy_reference import random_complex
 
 import cvattn_keras as cvk
@@ -10,8 +11,8 @@ from cvattn_keras.layers import ComplexDense
 
 
 def _complex_weights(layer):
-    kernel = layer.kernel_real.numpy() + 1j * layer.kernel_imag.numpy()
-    bias = layer.bias_real.numpy() + 1j * layer.bias_imag.numpy()
+    kernel = to_numpy(layer.kernel_real) + 1j * to_numpy(layer.kernel_imag)
+    bias = to_numpy(layer.bias_real) + 1j * to_numpy(layer.bias_imag)
     return kernel.astype(np.complex128), bias.astype(np.complex128)
 
 
@@ -82,7 +83,7 @@ def test_seeded_initializer_gives_distinct_parts_reproducibly():
             8, kernel_initializer=keras.initializers.GlorotNormal(seed=seed)
         )
         layer.build((None, 8))
-        return layer.kernel_real.numpy(), layer.kernel_imag.numpy()
+        return to_numpy(layer.kernel_real), to_numpy(layer.kernel_imag)
 
     real_a, imag_a = kernels(7)
     real_b, imag_b = kernels(7)
@@ -94,7 +95,9 @@ def test_seeded_initializer_gives_distinct_parts_reproducibly():
 def test_unseeded_string_initializer_gives_distinct_parts():
     layer = ComplexDense(8, kernel_initializer="glorot_uniform")
     layer.build((None, 8))
-    assert not np.allclose(layer.kernel_real.numpy(), layer.kernel_imag.numpy())
+    assert not np.allclose(
+        to_numpy(layer.kernel_real), to_numpy(layer.kernel_imag)
+    )
 
 
 def test_config_round_trip_and_output_shape():
@@ -139,3 +142,41 @@ def test_mixed_precision_keeps_float32_weights():
     y = layer(np.ones((2, 6), "float32"))
     assert layer.kernel_real.dtype == "float32"
     assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
+
+
+@pytest.mark.parametrize(
+    "cls, args",
+    [(ComplexDense, (3,)), (cvk.layers.ComplexConv1D, (3, 2))],
+)
+def test_none_initializers_mean_the_defaults(cls, args):
+    """`kernel_initializer=None` was an `AttributeError`. As
+    `keras.layers.Dense(kernel_initializer=None)` gets Dense's default
+    Glorot kernel, `None` is the documented default here: complex Glorot
+    for the kernel, zeros for the bias."""
+    layer = cls(*args, kernel_initializer=None, bias_initializer=None)
+    assert isinstance(
+        layer.kernel_initializer, cvk.initializers.ComplexGlorotUniform
+    )
+    assert isinstance(layer.bias_initializer, keras.initializers.Zeros)
+    layer.build((None, 5, 4))
+    assert np.all(to_numpy(layer.bias_real) == 0)
+    assert np.std(to_numpy(layer.kernel_real)) > 0
+    config = layer.get_config()
+    assert cls.from_config(config).get_config() == config
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(kernel_initializer=3), "`kernel_initializer`.*=3"),
+        (dict(bias_initializer=[0.0]), "`bias_initializer`.*=\\[0.0\\]"),
+        (dict(kernel_regularizer="l3"), "`kernel_regularizer`.*='l3'"),
+        (dict(bias_constraint=1.5), "`bias_constraint`.*=1.5"),
+    ],
+)
+def test_weight_options_that_cannot_be_resolved_name_the_argument(
+    kwargs, match
+):
+    for cls, args in ((ComplexDense, (3,)), (cvk.layers.ComplexConv1D, (3, 2))):
+        with pytest.raises(ValueError, match=match):
+            cls(*args, **kwargs)

@@ -8,7 +8,9 @@ import keras
 import numpy as np
 import numpy_reference as ref
 import pytest
-import tensorflow as tf
+from models import compiled
+from models import gradients
+from models import to_numpy
 
 import cvattn_keras as cvk
 from cvattn_keras import attention as att
@@ -68,7 +70,7 @@ def test_self_attention_with_causal_mask(rng, softmax, product):
     _check(layer, out, x, x, x, causal, scores)
     # The fused path (no scores requested) gives the same output.
     np.testing.assert_allclose(
-        layer(xs, xs, use_causal_mask=True), out, atol=1e-6
+        to_numpy(layer(xs, xs, use_causal_mask=True)), to_numpy(out), atol=1e-6
     )
 
 
@@ -97,14 +99,14 @@ def test_cross_attention_with_boolean_mask(rng, softmax, product):
     )
     _check(layer, out, query, value, key, mask, scores)
     # The fully masked row: zero weights, output = the output bias.
-    assert np.all(scores.numpy()[1, :, 2] == 0)
+    assert np.all(to_numpy(scores)[1, :, 2] == 0)
     bias = np.concatenate(
         [
-            layer.output_dense.bias_real.numpy(),
-            layer.output_dense.bias_imag.numpy(),
+            to_numpy(layer.output_dense.bias_real),
+            to_numpy(layer.output_dense.bias_imag),
         ]
     )
-    np.testing.assert_allclose(out.numpy()[1, 2], bias, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(out)[1, 2], bias, atol=1e-6)
 
 
 @pytest.mark.parametrize("softmax, product", VARIANTS)
@@ -150,7 +152,7 @@ def test_mask_ranks_are_equivalent(rng, softmax):
     m = rng.random((4, 4)) > 0.3
     layer = _layer(softmax)
     outs = [
-        layer(x, x, attention_mask=mask)
+        to_numpy(layer(x, x, attention_mask=mask))
         for mask in (
             m,
             np.broadcast_to(m, (2, 4, 4)),
@@ -158,7 +160,7 @@ def test_mask_ranks_are_equivalent(rng, softmax):
         )
     ]
     # The float 0/1 mask of Keras' own examples means the same.
-    outs.append(layer(x, x, attention_mask=m.astype("float32")))
+    outs.append(to_numpy(layer(x, x, attention_mask=m.astype("float32"))))
     for out in outs[1:]:
         np.testing.assert_allclose(out, outs[0], atol=1e-6)
 
@@ -174,19 +176,25 @@ def test_per_head_mask(rng):
 
 @pytest.mark.parametrize("softmax, product", VARIANTS)
 def test_fully_masked_rows_have_finite_gradients(rng, softmax, product):
-    x = tf.constant(cvk.to_stacked(ref.random_complex(rng, (2, 3, 2))))
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 3, 2)))
     mask = np.ones((2, 3, 3), bool)
     mask[0, 1] = False
     mask[1] = False
     layer = _layer(softmax, product)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
+    out = layer(x, x, attention_mask=mask, use_causal_mask=True)
+    assert np.all(np.isfinite(to_numpy(out)))
+
+    def loss(x):
         out = layer(x, x, attention_mask=mask, use_causal_mask=True)
-        loss = tf.reduce_sum(out**2)
-    grads = tape.gradient(loss, [x] + layer.trainable_variables)
-    assert np.all(np.isfinite(out.numpy()))
-    for grad in grads:
-        assert np.all(np.isfinite(grad.numpy()))
+        return keras.ops.sum(out**2)
+
+    value, (grad_x,), grad_vars = gradients(
+        loss, [x], layer.trainable_variables
+    )
+    assert np.isfinite(value)
+    for grad in [grad_x] + grad_vars:
+        assert np.all(np.isfinite(grad))
+    assert np.any(grad_x != 0)
 
 
 @pytest.mark.parametrize("softmax", att.SOFTMAX_VARIANTS)
@@ -201,7 +209,7 @@ def test_global_phase_rotates_the_output(rng, softmax):
     )
     xr = cvk.to_stacked(rotation * x)
     b, wb = layer(xr, xr, return_attention_scores=True)
-    np.testing.assert_allclose(wb, wa, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(wb), to_numpy(wa), atol=1e-6)
     np.testing.assert_allclose(
         cvk.from_stacked(b), rotation * cvk.from_stacked(a), atol=1e-5
     )
@@ -220,10 +228,12 @@ def test_scale_argument(rng):
 def test_dropout_only_in_training(rng):
     x = cvk.to_stacked(ref.random_complex(rng, (2, 4, 3)))
     layer = _layer("abs", dropout=0.5, seed=3)
-    inference = layer(x, x)
-    np.testing.assert_array_equal(layer(x, x, training=False), inference)
-    train_a = layer(x, x, training=True)
-    train_b = layer(x, x, training=True)
+    inference = to_numpy(layer(x, x))
+    np.testing.assert_array_equal(
+        to_numpy(layer(x, x, training=False)), inference
+    )
+    train_a = to_numpy(layer(x, x, training=True))
+    train_b = to_numpy(layer(x, x, training=True))
     assert not np.allclose(train_a, inference)
     assert not np.allclose(train_a, train_b)
 
@@ -248,7 +258,9 @@ def test_sublayers_and_weights_follow_the_contract():
     # 4 projections x (kernel_real, kernel_imag, bias_real, bias_imag).
     assert len(layer.trainable_weights) == 16
     # All initial kernels differ (cloned initializers).
-    kernels = [w.numpy() for w in layer.trainable_weights if "kernel" in w.path]
+    kernels = [
+        to_numpy(w) for w in layer.trainable_weights if "kernel" in w.path
+    ]
     assert not np.allclose(kernels[0], kernels[1])
 
 
@@ -317,7 +329,9 @@ def test_saved_model_loads_with_safe_mode(rng, tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
     assert isinstance(loaded.layers[-1], ComplexMultiHeadAttention)
-    np.testing.assert_array_equal(loaded(inputs), model(inputs))
+    np.testing.assert_array_equal(
+        to_numpy(loaded(inputs)), to_numpy(model(inputs))
+    )
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
@@ -335,7 +349,9 @@ def test_mixed_precision(rng, policy):
     assert all(w.dtype == "float32" for w in mixed.weights)
     # Half-precision projections: 8 (bfloat16) or 11 (float16) mantissa bits.
     tol = 5e-2 if compute == "bfloat16" else 1e-2
-    np.testing.assert_allclose(np.asarray(out, "float32"), expected, atol=tol)
+    np.testing.assert_allclose(
+        to_numpy(out).astype("float32"), to_numpy(expected), atol=tol
+    )
     # The fused CAtt path under mixed precision too.
     cat = _layer(dtype=policy)
     assert keras.backend.standardize_dtype(cat(x, x).dtype) == compute
@@ -344,27 +360,30 @@ def test_mixed_precision(rng, policy):
 @pytest.mark.slow
 @pytest.mark.parametrize("softmax, product", VARIANTS)
 def test_xla_equals_eager(rng, softmax, product):
-    query = tf.constant(cvk.to_stacked(ref.random_complex(rng, (2, 4, 3))))
-    value = tf.constant(cvk.to_stacked(ref.random_complex(rng, (2, 6, 3))))
-    mask = tf.constant(rng.random((2, 4, 6)) > 0.3)
+    query = cvk.to_stacked(ref.random_complex(rng, (2, 4, 3)))
+    value = cvk.to_stacked(ref.random_complex(rng, (2, 6, 3)))
+    mask = rng.random((2, 4, 6)) > 0.3
     layer = _layer(softmax, product)
     layer(query, value)
 
-    @tf.function(jit_compile=True)
-    def compiled(q, v, m):
+    def both(q, v, m):
         fused = layer(q, v, attention_mask=m)
         out, scores = layer(
             q, v, attention_mask=m, return_attention_scores=True
         )
         return fused, out, scores
 
-    fused, out, scores = compiled(query, value, mask)
+    xla = compiled(both)
+    if xla is None:
+        pytest.skip(f"no XLA compiler on {keras.backend.backend()}")
+    fused, out, scores = xla(query, value, mask)
     eager, eager_scores = layer(
         query, value, attention_mask=mask, return_attention_scores=True
     )
-    np.testing.assert_allclose(fused, eager, atol=1e-6)
-    np.testing.assert_allclose(out, eager, atol=1e-6)
-    np.testing.assert_allclose(scores, eager_scores, atol=1e-6)
+    eager, eager_scores = to_numpy(eager), to_numpy(eager_scores)
+    np.testing.assert_allclose(to_numpy(fused), eager, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(out), eager, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(scores), eager_scores, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -372,7 +391,7 @@ def test_fit_lowers_the_loss(rng):
     """Learn a teacher attention layer's map: the loss must drop."""
     x = cvk.to_stacked(ref.random_complex(rng, (64, 6, 4)))
     teacher = _layer("real", num_heads=2, key_dim=4)
-    y = teacher(x, x, use_causal_mask=True).numpy()
+    y = to_numpy(teacher(x, x, use_causal_mask=True))
     inputs = keras.Input((6, 8))
     student = _layer("real", num_heads=2, key_dim=4, dropout=0.1)
     model = keras.Model(inputs, student(inputs, inputs, use_causal_mask=True))
@@ -474,16 +493,16 @@ def test_numpy_integers_and_mask_lists_are_accepted(rng):
     array = layer(
         x, x, attention_mask=np.array([[[True, False], [True, True]]])
     )
-    np.testing.assert_array_equal(listed, array)
+    np.testing.assert_array_equal(to_numpy(listed), to_numpy(array))
     assert cvk.layers.ComplexDense(np.int64(4)).units == 4
     with pytest.raises(ValueError, match="input_shape\\[-1\\]=5"):
         cvk.layers.ComplexDense(2).compute_output_shape((None, 5))
 
 
 def test_core_rejects_mismatched_heads_and_bad_dropout():
-    q = tf.zeros((1, 2, 1, 4))
+    q = keras.ops.zeros((1, 2, 1, 4))
     with pytest.raises(ValueError, match="same head width"):
-        att.complex_dot_product_attention(q, tf.zeros((1, 2, 1, 6)), q)
+        att.complex_dot_product_attention(q, keras.ops.zeros((1, 2, 1, 6)), q)
     with pytest.raises(ValueError, match="dropout='0.1'"):
         att.complex_dot_product_attention(q, q, q, dropout="0.1")
 
@@ -514,3 +533,203 @@ def test_rotary_position_encoding_matches_numpy(rng):
     np.testing.assert_allclose(
         cvk.from_stacked(scores, "complex128"), weights, atol=ATOL
     )
+
+
+# ----------------------------------------------------------------------
+# Issue 11 item 13: masks, batches and initializers that do not fit.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        # The issue's example: a (B, T) mask passed as value_mask.
+        (
+            dict(value_mask=np.ones((2, 4), bool)),
+            "`value_mask` must have a shape that broadcasts to (B, S) = "
+            "(2, 5). Received: value_mask.shape=(2, 4)",
+        ),
+        (
+            dict(key_mask=np.ones((2, 5, 1), bool)),
+            "`key_mask` must have a shape that broadcasts to (B, S) = "
+            "(2, 5). Received: key_mask.shape=(2, 5, 1)",
+        ),
+        (
+            dict(query_mask=np.ones((2, 5), bool)),
+            "`query_mask` must have a shape that broadcasts to (B, T) = "
+            "(2, 4). Received: query_mask.shape=(2, 5)",
+        ),
+        (
+            dict(query_mask=np.ones((3, 4), bool)),
+            "Received: query_mask.shape=(3, 4)",
+        ),
+        (
+            dict(attention_mask=np.ones((2, 4, 4), bool)),
+            "`attention_mask` must have a shape that broadcasts to (B, T, S)"
+            " = (2, 4, 5). Received: attention_mask.shape=(2, 4, 4)",
+        ),
+        (
+            dict(attention_mask=np.ones((2, 3, 4, 5), bool)),
+            "(B, num_heads, T, S) = (2, 2, 4, 5). Received: "
+            "attention_mask.shape=(2, 3, 4, 5)",
+        ),
+        (
+            dict(attention_mask=np.ones((5,), bool)),
+            "`attention_mask` must have rank 2",
+        ),
+    ],
+)
+def test_wrong_mask_shapes_name_the_argument(kwargs, message):
+    query, value = _zeros(2, 4, 6), _zeros(2, 5, 6)
+    for softmax in att.SOFTMAX_VARIANTS:
+        with pytest.raises(ValueError) as info:
+            _layer(softmax)(query, value, **kwargs)
+        assert message in str(info.value)
+
+
+def test_wrong_mask_shapes_are_caught_when_a_model_is_built():
+    """Static shapes: the error comes when the functional model is traced,
+    not when it runs."""
+    q, v = keras.Input((4, 6)), keras.Input((5, 6))
+    mask = keras.Input((4,), dtype="bool")
+    with pytest.raises(ValueError, match="value_mask.shape=\\(None, 4\\)"):
+        _layer()(q, v, value_mask=mask)
+
+
+@pytest.mark.parametrize("key_batch", [None, 2, 3])
+def test_query_and_value_batch_sizes_must_agree(key_batch):
+    args = [_zeros(2, 4, 6), _zeros(3, 5, 6)]
+    if key_batch:
+        args.append(_zeros(key_batch, 5, 6))
+    with pytest.raises(ValueError, match="same batch size \\(axis 0\\)"):
+        _layer()(*args)
+    # Symbolic inputs with known batch sizes: at model construction.
+    q = keras.Input((4, 6), batch_size=2)
+    v = keras.Input((5, 6), batch_size=3)
+    with pytest.raises(ValueError, match="value_shape=\\(3, 5, 6\\)"):
+        _layer()(q, v)
+
+
+def test_none_initializers_mean_the_defaults():
+    """As `keras.layers.Dense(kernel_initializer=None)` gets Dense's
+    default Glorot kernel: `None` is the documented default (the kernel's
+    complex Glorot, zero biases); it used to be an `AttributeError`."""
+    layer = _layer(kernel_initializer=None, bias_initializer=None)
+    layer.build((None, 4, 6), (None, 5, 6))
+    for dense in (layer.query_dense, layer.output_dense):
+        assert isinstance(
+            dense.kernel_initializer, cvk.initializers.ComplexGlorotUniform
+        )
+        assert isinstance(dense.bias_initializer, keras.initializers.Zeros)
+        assert np.all(to_numpy(dense.bias_real) == 0)
+    config = layer.get_config()
+    assert ComplexMultiHeadAttention.from_config(config).get_config() == config
+    with pytest.raises(ValueError, match="kernel_initializer=3"):
+        _layer(kernel_initializer=3)
+    with pytest.raises(ValueError, match="bias_constraint='nope'"):
+        _layer(bias_constraint="nope")
+
+
+# ----------------------------------------------------------------------
+# Issue 11 item 16: one key.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+def test_one_key_without_warning(rng, softmax, product):
+    """S = 1 with every variant: equal to the reference, and no Keras
+    "softmax over axis of size 1" warning (pytest makes it an error)."""
+    query = ref.random_complex(rng, (2, 3, 4))
+    value = ref.random_complex(rng, (2, 1, 4))
+    layer = _layer(softmax, product)
+    q, v = cvk.to_stacked(query), cvk.to_stacked(value)
+    out, scores = layer(q, v, return_attention_scores=True)
+    assert tuple(scores.shape) == (2, 2, 3, 2)
+    _check(layer, out, query, value, value, None, scores)
+    _check(layer, layer(q, v), query, value, value, None)
+    # A masked single key: zero weights, output = the output bias.
+    mask = np.array([[True], [False]])[:, None, :]  # (B, 1, S)
+    masked = layer(q, v, attention_mask=mask)
+    _check(layer, masked, query, value, value, mask)
+
+
+# ----------------------------------------------------------------------
+# Issue 9: fused CAtt with value_dim != key_dim; bfloat16 matmuls.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("product", att.PRODUCTS)
+@pytest.mark.parametrize("value_dim", [1, 5])
+def test_fused_cattn_with_value_dim_unlike_key_dim(rng, product, value_dim):
+    """Under JAX this crashed (`cannot reshape array` inside
+    `keras.ops.dot_product_attention`)."""
+    query = ref.random_complex(rng, (2, 4, 3))
+    value = ref.random_complex(rng, (2, 6, 3))
+    mask = rng.random((2, 4, 6)) > 0.3
+    mask[0, 1] = False
+    layer = _layer("real", product, key_dim=3, value_dim=value_dim)
+    out = layer(
+        cvk.to_stacked(query), cvk.to_stacked(value), attention_mask=mask
+    )
+    _check(layer, out, query, value, value, mask)
+
+
+def _dot_general_dtypes(fn, *args):
+    """Counts the `dot_general`s of `jax.make_jaxpr(fn)(*args)` (nested
+    jaxprs included) by `(lhs dtype, rhs dtype, output dtype)`."""
+    import jax
+
+    counts = {}
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                key = tuple(
+                    str(var.aval.dtype) for var in eqn.invars + eqn.outvars
+                )
+                counts[key] = counts.get(key, 0) + 1
+            for param in eqn.params.values():
+                for sub in (
+                    param if isinstance(param, (list, tuple)) else [param]
+                ):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return counts
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax",
+    reason="reads the matmul dtypes from a JAX jaxpr; the math is tested "
+    "on every backend by test_attention.py's bfloat16 tests",
+)
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+@pytest.mark.parametrize("value_dim", [None, 3])
+def test_bfloat16_attention_matmuls(rng, softmax, product, value_dim):
+    """Under mixed_bfloat16 every matmul takes bfloat16 operands, as in
+    Keras' MultiHeadAttention: 4 projections and the 2 attention matmuls
+    (scores, weights x values). Before the fix the attention matmuls of
+    every variant took float32 operands (2 of 6 dot_generals for fused
+    CAtt, 1 of 6 for the others). The fused CAtt path (value_dim equal to
+    key_dim) has exactly Keras' dtypes, scores accumulated into float32."""
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    q = cvk.to_stacked(ref.random_complex(rng, (2, 5, 4)))
+    v = cvk.to_stacked(ref.random_complex(rng, (2, 6, 4)))
+    layer = _layer(softmax, product, key_dim=4, value_dim=value_dim)
+    layer(q, v)
+    bf16 = ("bfloat16", "bfloat16")
+    for scores in (False, True):
+        counts = _dot_general_dtypes(
+            lambda a, b: layer(a, b, return_attention_scores=scores), q, v
+        )
+        assert sum(counts.values()) == 6, counts
+        assert all(key[:2] == bf16 for key in counts), counts
+    mha = keras.layers.MultiHeadAttention(2, 4)
+    mha(q, v)
+    keras_counts = _dot_general_dtypes(lambda a, b: mha(a, b), q, v)
+    assert all(key[:2] == bf16 for key in keras_counts), keras_counts
+    if softmax == "real" and value_dim is None:
+        fused = _dot_general_dtypes(lambda a, b: layer(a, b), q, v)
+        assert fused == keras_counts

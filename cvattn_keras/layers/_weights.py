@@ -24,15 +24,42 @@ _SERIALIZE = {
 }
 
 
+# What `None` means for the initializers: the layers' documented defaults
+# (as `keras.layers.Dense(kernel_initializer=None)` gets Dense's default
+# Glorot kernel). `None` regularizers and constraints mean none.
+DEFAULT_INITIALIZERS = {
+    "kernel_initializer": "complex_glorot_uniform",
+    "bias_initializer": "zeros",
+}
+
+
 def _kind(name):
     return name.split("_", 1)[1]
 
 
+def resolve_option(name, identifier):
+    """The weight option `name` (one of `WEIGHT_OPTIONS`) resolved from an
+    identifier, config or instance. A `None` initializer is the default of
+    `DEFAULT_INITIALIZERS`; anything that cannot be resolved is a
+    `ValueError` naming the argument."""
+    kind = _kind(name)
+    if identifier is None and kind == "initializer":
+        identifier = DEFAULT_INITIALIZERS[name]
+    try:
+        return _GET[kind](identifier)
+    except (ValueError, TypeError) as error:
+        raise ValueError(
+            f"`{name}` must be a Keras {kind} (an instance, a name or a "
+            f"config dict){' or None' if kind != 'initializer' else ''}. "
+            f"{str(error).rstrip('.')}. Received: {name}={identifier!r}"
+        ) from None
+
+
 def set_weight_options(layer, **options):
-    """Resolves each of `WEIGHT_OPTIONS` (identifier, config or instance)
-    and sets it as an attribute of `layer`."""
+    """Resolves each of `WEIGHT_OPTIONS` (see `resolve_option`) and sets it
+    as an attribute of `layer`."""
     for name in WEIGHT_OPTIONS:
-        setattr(layer, name, _GET[_kind(name)](options[name]))
+        setattr(layer, name, resolve_option(name, options[name]))
 
 
 def weight_options_config(layer):

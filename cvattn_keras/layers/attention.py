@@ -1,6 +1,7 @@
 """ComplexMultiHeadAttention: the attention of Eilers & Jiang (2023)."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from cvattn_keras import _validation as check
@@ -35,6 +36,38 @@ def _block_einsum(dense, inputs, equation, kernel_shape, in_axis, bias_shape):
     return outputs
 
 
+def check_attention_mask_shape(
+    mask_shape, query_shape, value_shape, num_heads, name
+):
+    """Raises a `ValueError` naming `name` unless the static `mask_shape`
+    of an attention mask broadcasts to `(T, S)`, `(B, T, S)` or
+    `(B, num_heads, T, S)` (by its rank), for a query `(B, T, ...)` and a
+    value `(B, S, ...)`."""
+    shape = tuple(mask_shape)
+    batch, length = tuple(query_shape)[:2]
+    keys = tuple(value_shape)[1]
+    targets = {
+        2: ((length, keys), "(T, S)"),
+        3: ((batch, length, keys), "(B, T, S)"),
+        4: ((batch, num_heads, length, keys), "(B, num_heads, T, S)"),
+    }
+    if len(shape) not in targets:
+        raise ValueError(
+            f"`{name}` must have rank 2 (T, S), 3 (B, T, S) or 4 "
+            f"(B, num_heads, T, S) and broadcast to (B, T, S) = "
+            f"{targets[3][0]}. Received: {name}.shape={shape}"
+        )
+    target, layout = targets[len(shape)]
+    core.check_mask_shape(shape, target, name, layout)
+
+
+def mask_shape(mask):
+    """The static shape of a mask given as a tensor, array or nested
+    list."""
+    shape = getattr(mask, "shape", None)
+    return tuple(shape) if shape is not None else np.shape(mask)
+
+
 @keras.saving.register_keras_serializable(package="cvattn_keras")
 class ComplexMultiHeadAttention(keras.layers.Layer):
     """Complex-valued multi-head attention on stacked `[real | imag]` tensors.
@@ -56,8 +89,16 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
     and projected by `W_o`. CAtt is a real attention of head width
     `2 * key_dim` (for the bilinear product, against conjugated keys), and
     runs through `keras.ops.dot_product_attention` when no scores are
-    requested and no dropout is active (and, with a mask, outside
-    `cvattn_keras.attention.portable_masking`, which the exporter uses).
+    requested, no dropout is active and `value_dim == key_dim` (and, with a
+    mask, outside `cvattn_keras.attention.portable_masking`, which the
+    exporter uses).
+
+    Under a mixed policy (`"mixed_bfloat16"`), the projections and the
+    attention matmuls take compute-dtype operands, as in Keras'
+    `MultiHeadAttention`; the scores are cast to float32 for the masking and
+    the softmax (and the moduli of APAtt/AAtt); the variables stay float32.
+    Under `"mixed_float16"` the scores' operands are widened to float32, so
+    that scores beyond float16's 65504 do not overflow.
 
     The layer reproduces the reference PyTorch implementation: contiguous
     heads, scale `key_dim ** -0.5` on both parts of the score, dropout on the
@@ -229,6 +270,21 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                 )
             cx.check_even(shape[-1], f"{name}_shape[-1]", shape)
             sizes.append(shape[-1] // 2)
+        batches = {
+            name: tuple(shape)[0]
+            for name, shape in (
+                ("query", query_shape),
+                ("value", value_shape),
+                ("key", key_shape),
+            )
+        }
+        if len({size for size in batches.values() if size is not None}) > 1:
+            raise ValueError(
+                "`query`, `value` and `key` must have the same batch size "
+                f"(axis 0). Received: query_shape={tuple(query_shape)}, "
+                f"value_shape={tuple(value_shape)}, "
+                f"key_shape={tuple(key_shape)}"
+            )
         value_length, key_length = tuple(value_shape)[1], tuple(key_shape)[1]
         if None not in (value_length, key_length) and (
             value_length != key_length
@@ -312,6 +368,14 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         output_shape = self.compute_output_shape(
             query.shape, value.shape, None if key is None else key.shape
         )
+        self._check_masks(
+            query.shape,
+            value.shape,
+            query_mask=query_mask,
+            value_mask=value_mask,
+            key_mask=key_mask,
+            attention_mask=attention_mask,
+        )
         output = keras.KerasTensor(output_shape, dtype=self.compute_dtype)
         if not return_attention_scores:
             return output
@@ -327,25 +391,34 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
     # Masks.
     # ------------------------------------------------------------------
 
-    def _check_mask_shape(self, mask, query, value):
-        """Raises unless the static shape of `mask` broadcasts to
-        `(B, T, S)` (rank 2 or 3) or `(B, num_heads, T, S)` (rank 4)."""
-        shape = tuple(mask.shape)
-        batch, length = query.shape[0], query.shape[1]
-        targets = {
-            2: (length, value.shape[1]),
-            3: (batch, length, value.shape[1]),
-            4: (batch, self.num_heads, length, value.shape[1]),
-        }
-        target = targets.get(len(shape))
-        if target is None or any(
-            m not in (None, 1) and t is not None and m != t
-            for m, t in zip(shape, target)
+    def _check_masks(
+        self,
+        query_shape,
+        value_shape,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+    ):
+        """Raises a `ValueError` naming the mask whose static shape does not
+        fit the inputs: `query_mask` `(B, T)`, `value_mask` and `key_mask`
+        `(B, S)`, `attention_mask` as `check_attention_mask_shape`."""
+        batch, length = tuple(query_shape)[:2]
+        keys = tuple(value_shape)[1]
+        for name, mask, target, layout in (
+            ("query_mask", query_mask, (batch, length), "(B, T)"),
+            ("value_mask", value_mask, (batch, keys), "(B, S)"),
+            ("key_mask", key_mask, (batch, keys), "(B, S)"),
         ):
-            raise ValueError(
-                "`attention_mask` must broadcast to (B, T, S) = "
-                f"{targets[3]} (or (T, S), or (B, num_heads, T, S)). "
-                f"Received: attention_mask.shape={shape}"
+            if mask is not None:
+                core.check_mask_shape(mask_shape(mask), target, name, layout)
+        if attention_mask is not None:
+            check_attention_mask_shape(
+                mask_shape(attention_mask),
+                query_shape,
+                value_shape,
+                self.num_heads,
+                "attention_mask",
             )
 
     def _compute_attention_mask(
@@ -361,18 +434,31 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         """Merges every mask source into one boolean mask, `True` = attend,
         of rank 4 broadcastable to `(B, N, T, S)`, or `None` when there is
         nothing to mask."""
+        self._check_masks(
+            query.shape,
+            value.shape,
+            query_mask=query_mask,
+            value_mask=value_mask,
+            key_mask=key_mask,
+            attention_mask=attention_mask,
+        )
+        # ops.expand_dims, not mask[:, None]: TFLite cannot lower a strided
+        # slice that inserts axes into a tensor with 2+ unknown dimensions.
         masks = []
         if attention_mask is not None:
-            attention_mask = ops.convert_to_tensor(attention_mask)
-            self._check_mask_shape(attention_mask, query, value)
-            masks.append(core.expand_mask(attention_mask))
+            masks.append(
+                core.expand_mask(ops.convert_to_tensor(attention_mask))
+            )
         if query_mask is not None:  # (B, T) -> (B, 1, T, 1)
-            masks.append(ops.cast(query_mask, "bool")[:, None, :, None])
+            query_mask = ops.cast(query_mask, "bool")
+            masks.append(ops.expand_dims(query_mask, (1, 3)))
         for mask in (value_mask, key_mask):
             if mask is not None:  # (B, S) -> (B, 1, 1, S)
-                masks.append(ops.cast(mask, "bool")[:, None, None, :])
+                mask = ops.cast(mask, "bool")
+                masks.append(ops.expand_dims(mask, (1, 2)))
         if use_causal_mask:  # (1, 1, T, S)
-            masks.append(self._compute_causal_mask(query, value)[None, None])
+            causal = self._compute_causal_mask(query, value)
+            masks.append(ops.expand_dims(causal, (0, 1)))
         if not masks:
             return None
         merged = masks[0]

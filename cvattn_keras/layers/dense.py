@@ -32,9 +32,10 @@ class ComplexDense(keras.layers.Layer):
         kernel_initializer: initializer for each of `kernel_real` and
             `kernel_imag`, cloned so the two parts are drawn independently.
             Defaults to `"complex_glorot_uniform"` (real Glorot scaled by
-            `1/sqrt(2)` per part, so the complex variance is Glorot's).
+            `1/sqrt(2)` per part, so the complex variance is Glorot's);
+            `None` means this default.
         bias_initializer: initializer for `bias_real` and `bias_imag`.
-            Defaults to `"zeros"`.
+            Defaults to `"zeros"`; `None` means this default.
         kernel_regularizer, bias_regularizer: applied to each part.
         activity_regularizer: applied to the stacked output.
         kernel_constraint, bias_constraint: applied to each part.

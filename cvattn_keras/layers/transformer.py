@@ -6,9 +6,12 @@ from cvattn_keras import _validation as check
 from cvattn_keras import activations
 from cvattn_keras import attention as core
 from cvattn_keras import initializers as cinit
+from cvattn_keras.layers._weights import resolve_option
 from cvattn_keras.layers.activations import ComplexActivation
 from cvattn_keras.layers.activations import ModReLU
 from cvattn_keras.layers.attention import ComplexMultiHeadAttention
+from cvattn_keras.layers.attention import check_attention_mask_shape
+from cvattn_keras.layers.attention import mask_shape
 from cvattn_keras.layers.dense import ComplexDense
 from cvattn_keras.layers.dropout import ComplexDropout
 from cvattn_keras.layers.normalization import ComplexLayerNormalization
@@ -81,8 +84,12 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         self.norm_first = bool(norm_first)
         self.normalization = normalization
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.kernel_initializer = cinit.get(kernel_initializer)
-        self.bias_initializer = cinit.get(bias_initializer)
+        self.kernel_initializer = resolve_option(
+            "kernel_initializer", kernel_initializer
+        )
+        self.bias_initializer = resolve_option(
+            "bias_initializer", bias_initializer
+        )
         self.seed = seed
         self.rotary_max_wavelength = rotary_max_wavelength
 
@@ -178,6 +185,28 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         self.feedforward_out.build(inner)
         self.feedforward_norm.build(shape)
 
+    def _check_masks(self, padding, attention_masks):
+        """Raises a `ValueError` naming the argument for a mask whose static
+        shape does not fit. `padding` maps argument names to `(mask,
+        sequence_shape, layout)`, `(B, T)` or `(B, S)` masks of that
+        sequence; `attention_masks` maps names to `(mask, query_shape,
+        value_shape)`, masks of shape `(B, T, S)` (or `(T, S)`,
+        `(B, num_heads, T, S)`)."""
+        for name, (mask, shape, layout) in padding.items():
+            if mask is not None:
+                core.check_mask_shape(
+                    mask_shape(mask), tuple(shape)[:2], name, layout
+                )
+        for name, (mask, query_shape, value_shape) in attention_masks.items():
+            if mask is not None:
+                check_attention_mask_shape(
+                    mask_shape(mask),
+                    query_shape,
+                    value_shape,
+                    self.num_heads,
+                    name,
+                )
+
     def _residual(self, x, norm, sublayer):
         """`norm(x + sublayer(x))` (post-norm, the reference) or
         `x + sublayer(norm(x))` (pre-norm). `sublayer` may return
@@ -238,6 +267,8 @@ _BLOCK_ARGS = """
             `"rms"`.
         layer_norm_epsilon: epsilon of the normalizations. Default `1e-5`.
         kernel_initializer, bias_initializer: of every projection.
+            Default `"complex_glorot_uniform"` and `"zeros"` (also for
+            `None`).
         seed: int or None, for the dropouts.
         rotary_max_wavelength: complex rotary position encoding in every
             attention (see `ComplexMultiHeadAttention`); `None` (default)
@@ -287,6 +318,7 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
         return_attention_scores=False,
         training=None,
     ):
+        self._check_encoder_masks(inputs.shape, padding_mask, attention_mask)
         masks = {}
         if padding_mask is not None:
             masks = dict(query_mask=padding_mask, value_mask=padding_mask)
@@ -310,12 +342,24 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
         )
         return (x, scores) if return_attention_scores else x
 
+    def _check_encoder_masks(self, shape, padding_mask, attention_mask):
+        self._check_masks(
+            {"padding_mask": (padding_mask, shape, "(B, T)")},
+            {"attention_mask": (attention_mask, shape, shape)},
+        )
+
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape)
 
     def compute_output_spec(
-        self, inputs, return_attention_scores=False, **kwargs
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        **kwargs,
     ):
+        self._check_encoder_masks(inputs.shape, padding_mask, attention_mask)
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
         if not return_attention_scores:
             return output
@@ -392,6 +436,14 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
                 + ("with" if self.cross_attention is not None else "without")
                 + " an `encoder_sequence` and must be called the same way."
             )
+        self._check_decoder_masks(
+            decoder_sequence.shape,
+            None if encoder_sequence is None else encoder_sequence.shape,
+            decoder_padding_mask,
+            encoder_padding_mask,
+            self_attention_mask,
+            cross_attention_mask,
+        )
         # As Keras masks would: the decoder's padding masks its
         # self-attention (queries and keys), the encoder's the keys of the
         # cross-attention.
@@ -446,6 +498,42 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             return x, (self_scores, cross_scores)
         return x
 
+    def _check_decoder_masks(
+        self,
+        decoder_shape,
+        encoder_shape,
+        decoder_padding_mask,
+        encoder_padding_mask,
+        self_attention_mask,
+        cross_attention_mask,
+    ):
+        padding = {
+            "decoder_padding_mask": (
+                decoder_padding_mask,
+                decoder_shape,
+                "(B, T)",
+            )
+        }
+        attention = {
+            "self_attention_mask": (
+                self_attention_mask,
+                decoder_shape,
+                decoder_shape,
+            )
+        }
+        if encoder_shape is not None:
+            padding["encoder_padding_mask"] = (
+                encoder_padding_mask,
+                encoder_shape,
+                "(B, S)",
+            )
+            attention["cross_attention_mask"] = (
+                cross_attention_mask,
+                decoder_shape,
+                encoder_shape,
+            )
+        self._check_masks(padding, attention)
+
     def compute_output_shape(
         self, decoder_sequence_shape, encoder_sequence_shape=None
     ):
@@ -455,9 +543,21 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
         self,
         decoder_sequence,
         encoder_sequence=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        self_attention_mask=None,
+        cross_attention_mask=None,
         return_attention_scores=False,
         **kwargs,
     ):
+        self._check_decoder_masks(
+            decoder_sequence.shape,
+            None if encoder_sequence is None else encoder_sequence.shape,
+            decoder_padding_mask,
+            encoder_padding_mask,
+            self_attention_mask,
+            cross_attention_mask,
+        )
         shape = decoder_sequence.shape
         output = keras.KerasTensor(shape, dtype=self.compute_dtype)
         if not return_attention_scores:
