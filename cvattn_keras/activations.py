@@ -9,11 +9,16 @@
 | `zrelu`              | z if 0 <= arg z <= pi/2, else 0 (Guberman)     |
 | `cardioid`           | (1 + cos(arg z)) / 2 * z (Virtue et al.)       |
 
-At z = 0 every function gives 0 with a finite gradient. `modrelu` has a
+At z = 0 every function gives 0 with a finite gradient. The moduli and
+phases (`modrelu`, `cardioid`) use the scaled modulus of
+`cvattn_keras.complex.modulus_and_sign`, correct over the whole float range
+(`modrelu` of 2e19 is 2e19, `cardioid` of 1e-19 is 1e-19 in float32), and
+compute in float32 for half-precision inputs. `modrelu` has a
 learnable bias and is a layer (`cvattn_keras.layers.ModReLU`); the others are
 functions here and layers via `cvattn_keras.layers.ComplexActivation`.
 """
 
+import keras
 from keras import ops
 
 from cvattn_keras import complex as cx
@@ -44,11 +49,11 @@ def crelu(x):
 
 
 def _in_float32(fn):
-    """Computes `fn` in float32 for half-precision inputs: a squared
-    modulus overflows float16 above 256 and underflows below 2e-4."""
+    """Computes `fn` in float32 for half-precision inputs (its modulus,
+    sign and gain), casting the result back to the input's dtype."""
 
     def wrapper(x, *args):
-        dtype = x.dtype
+        dtype = keras.backend.standardize_dtype(x.dtype)
         if dtype in ("float16", "bfloat16"):
             args = [ops.cast(a, "float32") for a in args]
             return ops.cast(fn(ops.cast(x, "float32"), *args), dtype)

@@ -48,13 +48,22 @@ __all__ = [
 ]
 
 
-def _encode(inputs, embed_dim, kernel_size, num_layers, **encoder_args):
+def _encode(
+    inputs,
+    embed_dim,
+    kernel_size,
+    num_layers,
+    batch_norm_synchronized=False,
+    **encoder_args,
+):
     """Complex Conv1D over frames + BatchNorm + activation, a ComplexDense
     embedding, the sinusoidal positions, then `num_layers` encoder layers."""
     x = cl.ComplexConv1D(
         embed_dim, kernel_size, padding="same", name="frontend_conv"
     )(inputs)
-    x = cl.ComplexBatchNormalization(name="frontend_norm")(x)
+    x = cl.ComplexBatchNormalization(
+        synchronized=batch_norm_synchronized, name="frontend_norm"
+    )(x)
     x = cl.ComplexActivation("split_leaky_relu", name="frontend_act")(x)
     x = cl.ComplexDense(embed_dim, name="embedding")(x)
     x = cl.SinusoidalPositionalEncoding(name="positions")(x)
@@ -86,6 +95,7 @@ def music_classifier(
     product="inner",
     dropout=0.1,
     conv_kernel_size=3,
+    batch_norm_synchronized=False,
     name="music_classifier",
 ):
     """The paper's classification model: note logits for every frame.
@@ -106,6 +116,10 @@ def music_classifier(
         softmax, product: the attention variant of every layer.
         dropout: attention dropout and head dropout (the paper: 0.1).
         conv_kernel_size: the front-end convolution's width in frames.
+        batch_norm_synchronized: the front-end
+            `ComplexBatchNormalization`'s `synchronized`: batch statistics
+            over all replicas under a `tf.distribute` strategy (saved with
+            the model; a no-op elsewhere).
         name: the model's name.
 
     Returns:
@@ -117,6 +131,7 @@ def music_classifier(
         embed_dim,
         conv_kernel_size,
         num_layers,
+        batch_norm_synchronized,
         num_heads=num_heads,
         intermediate_dim=intermediate_dim,
         softmax=softmax,
@@ -140,6 +155,7 @@ def music_generator(
     product="inner",
     dropout=0.1,
     conv_kernel_size=3,
+    batch_norm_synchronized=False,
     name="music_generator",
 ):
     """The paper's sequence-generation model (encoder-decoder).
@@ -153,6 +169,8 @@ def music_generator(
     imaginary part) with a ComplexDense, adds positions, and runs
     `num_layers` causal `ComplexTransformerDecoder` layers attending to the
     encoder. Output: `(B, target_frames, notes)` logits.
+    `batch_norm_synchronized` is as in `music_classifier`; the other
+    arguments too.
 
     Returns:
         An uncompiled `keras.Model`.
@@ -167,7 +185,12 @@ def music_generator(
         attention_dropout=dropout,
     )
     memory = _encode(
-        spectra, embed_dim, conv_kernel_size, num_layers, **layer_args
+        spectra,
+        embed_dim,
+        conv_kernel_size,
+        num_layers,
+        batch_norm_synchronized,
+        **layer_args,
     )
     x = cl.ComplexFromReal(name="notes_as_complex")(previous)
     x = cl.ComplexDense(embed_dim, name="note_embedding")(x)

@@ -155,10 +155,10 @@ def leaky_relu(z, slope=0.01):
 
 def dense_params(dense):
     """A ComplexDense's weights as complex128 (kernel, bias or None)."""
-    kernel = dense.kernel_real.numpy() + 1j * dense.kernel_imag.numpy()
+    kernel = np.asarray(dense.kernel_real) + 1j * np.asarray(dense.kernel_imag)
     bias = None
     if dense.use_bias:
-        bias = dense.bias_real.numpy() + 1j * dense.bias_imag.numpy()
+        bias = np.asarray(dense.bias_real) + 1j * np.asarray(dense.bias_imag)
     return kernel.astype(np.complex128), bias
 
 
@@ -170,3 +170,35 @@ def attention_params(layer):
         "value": dense_params(layer.value_dense),
         "output": dense_params(layer.output_dense),
     }
+
+
+def whiten(z, axes, epsilon, variance_divisor_offset=0):
+    """The 2x2 whitening `(C + epsilon I)^-1/2 (z - mean)` of complex z in
+    float64 (by `eigh`), the statistics over `axes`: variances divide by
+    `n - variance_divisor_offset`, the covariance by `n`.
+
+    Returns the whitened complex array and the condition number of the
+    regularised covariance, both broadcastable against z."""
+    z = np.asarray(z, np.complex128)
+    axes = tuple(a % z.ndim for a in axes)
+    n = np.prod([z.shape[a] for a in axes])
+    c = z - z.mean(axis=axes, keepdims=True)
+    divisor = n - variance_divisor_offset
+    v_rr = (c.real**2).sum(axes, keepdims=True) / divisor + epsilon
+    v_ii = (c.imag**2).sum(axes, keepdims=True) / divisor + epsilon
+    v_ri = (c.real * c.imag).mean(axes, keepdims=True)
+    cov = np.stack([np.stack([v_rr, v_ri], -1), np.stack([v_ri, v_ii], -1)], -2)
+    values = np.linalg.eigvalsh(cov)
+    condition = values[..., 1] / values[..., 0]
+    white = _sym_power(cov, -0.5)
+    out = (white @ np.stack([c.real, c.imag], -1)[..., None])[..., 0]
+    return out[..., 0] + 1j * out[..., 1], condition
+
+
+def improper(rng, shape, correlation, noise, scale=1.0, offset=0.0):
+    """Improper complex samples `Re + i (correlation Re + noise n)`, times
+    `scale`, plus `offset`: a nearly singular 2x2 covariance when `noise`
+    is small."""
+    re = rng.standard_normal(shape)
+    im = correlation * re + noise * rng.standard_normal(shape)
+    return (re + 1j * im) * scale + offset

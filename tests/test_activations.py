@@ -1,9 +1,12 @@
 """Tests of the complex activations against their formulas in NumPy."""
 
+import keras
 import numpy as np
 import numpy_reference as ref
 import pytest
-import tensorflow as tf
+from backend_utils import numpy
+from backend_utils import value_and_gradients
+from keras import ops
 
 import cvattn_keras as cvk
 from cvattn_keras import activations
@@ -14,7 +17,8 @@ Z = np.array([[1 + 2j, -1 - 2j, 3 - 1j, -0.5 + 0.5j, 0j, 2 + 0j, 0 + 3j]])
 
 
 def _apply(fn, z=Z):
-    return cvk.from_stacked(fn(tf.constant(cvk.to_stacked(z))), "complex128")
+    x = ops.convert_to_tensor(cvk.to_stacked(z))
+    return cvk.from_stacked(fn(x), "complex128")
 
 
 def _numpy(name, z=Z):
@@ -77,13 +81,11 @@ def test_modrelu_is_multiplicative():
 @pytest.mark.parametrize("name", sorted(activations.ACTIVATIONS) + ["modrelu"])
 def test_zero_input_has_finite_gradients(name):
     layer = ModReLU() if name == "modrelu" else ComplexActivation(name)
-    x = tf.zeros((2, 6))
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        y = layer(x)
-        loss = tf.reduce_sum(y)
-    grad = tape.gradient(loss, x)
-    assert np.all(np.isfinite(y.numpy())) and np.all(np.isfinite(grad.numpy()))
+    x = np.zeros((2, 6), "float32")
+    layer(x)
+    y, grad, grad_vars = value_and_gradients(layer, x, layer=layer)
+    assert np.all(np.isfinite(y)) and np.all(np.isfinite(grad))
+    assert all(np.all(np.isfinite(g)) for g in grad_vars)
 
 
 def test_unknown_names_are_value_errors():
@@ -99,7 +101,7 @@ def test_half_precision_keeps_large_and_small_moduli():
     """In float16 |z|^2 overflows above 256 and underflows below 2e-4; the
     modulus-based activations compute in float32."""
     z = np.array([[300 + 0j, 1e-4 + 0j, 3 + 4j]])
-    x = tf.constant(cvk.to_stacked(z), tf.float16)
+    x = ops.cast(cvk.to_stacked(z), "float16")
     modrelu = ModReLU(dtype="mixed_float16")
     y = cvk.from_stacked(np.asarray(modrelu(x), "float32"), "complex128")
     np.testing.assert_allclose(y, z, rtol=2e-3)
@@ -107,3 +109,48 @@ def test_half_precision_keeps_large_and_small_moduli():
         np.asarray(activations.cardioid(x), "float32"), "complex128"
     )
     np.testing.assert_allclose(y, [[300, 1e-4, 2.4 + 3.2j]], rtol=2e-3)
+
+
+# Issue 11, item 4: at float32 extremes |z|^2 leaves the float range; the
+# modulus-based activations use the scaled modulus.
+EXTREMES = np.array([[2e19 + 0j, 1e-19 + 0j, -3e19 + 4e19j, 1e-30 - 1e-30j]])
+
+
+def test_modrelu_and_cardioid_at_float32_extremes():
+    x = cvk.to_stacked(EXTREMES)
+    z = cvk.from_stacked(x, "complex128")  # the float32 values exactly
+    modrelu = ModReLU()
+    y = modrelu(x)
+    # Bias 0: the identity. rtol 3e-7: a few float32 roundings.
+    np.testing.assert_allclose(
+        cvk.from_stacked(y, "complex128"), z, rtol=3e-7, atol=0
+    )
+    cardioid = activations.cardioid(ops.convert_to_tensor(x))
+    np.testing.assert_allclose(
+        cvk.from_stacked(cardioid, "complex128"),
+        _numpy("cardioid", z),
+        rtol=3e-7,
+        atol=0,
+    )
+    # cardioid(1e-19) = 1e-19 (phase 0), not 5e-20.
+    assert abs(float(numpy(cardioid)[0, 1]) - 1e-19) < 1e-25
+    for layer in (modrelu, ComplexActivation("cardioid")):
+        layer(x)
+        _, grad, _ = value_and_gradients(layer, x)
+        assert np.all(np.isfinite(grad)), layer.name
+
+
+@pytest.mark.parametrize("layer", [ComplexActivation("crelu"), ModReLU()])
+def test_scalar_input_is_a_value_error(layer):
+    """Issue 11, item 13: a scalar input raised an IndexError."""
+    with pytest.raises(ValueError, match="scalar"):
+        layer(np.float32(1.0))
+
+
+def test_activations_under_mixed_precision_return_the_compute_dtype():
+    keras.config.set_dtype_policy("mixed_float16")
+    x = cvk.to_stacked(np.array([[300 + 1e-4j, 1e-4 + 0j]]))
+    for layer in (ModReLU(), ComplexActivation("cardioid")):
+        y = layer(x)
+        assert keras.backend.standardize_dtype(y.dtype) == "float16"
+        assert np.all(np.isfinite(numpy(ops.cast(y, "float32"))))

@@ -1,12 +1,16 @@
 """Tests of the stacked layout and complex arithmetic (cvattn_keras.complex)."""
 
+import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from backend_utils import gradient
+from backend_utils import numpy
 from keras import ops
 
 import cvattn_keras as cvk
 from cvattn_keras import complex as cx
+
+tensor = ops.convert_to_tensor
 
 
 def _z(rng, shape):
@@ -31,8 +35,9 @@ def test_to_stacked_from_stacked_round_trip_numpy(rng):
 
 def test_to_stacked_from_stacked_round_trip_tensor(rng):
     z = _z(rng, (4, 6)).astype(np.complex64)
-    x = cvk.to_stacked(tf.constant(z))
-    assert tf.is_tensor(x) and x.dtype == tf.float32
+    x = cvk.to_stacked(tensor(z))
+    assert ops.is_tensor(x)
+    assert keras.backend.standardize_dtype(x.dtype) == "float32"
     np.testing.assert_array_equal(cvk.from_stacked(x), z)
 
 
@@ -45,10 +50,10 @@ def test_real_input_has_zero_imaginary_part():
     [
         lambda: cvk.from_stacked(np.zeros((2, 3))),
         lambda: cx.split(np.zeros((4, 5))),
-        lambda: cx.split(tf.zeros((4, 5))),
+        lambda: cx.split(ops.zeros((4, 5))),
         lambda: cx.interleaved_to_stacked(np.zeros(3)),
         lambda: cx.stacked_to_pairs(np.zeros((2, 7))),
-        lambda: cx.modulus(tf.zeros((1, 3))),
+        lambda: cx.modulus(ops.zeros((1, 3))),
     ],
 )
 def test_odd_last_axis_is_a_value_error(call):
@@ -69,10 +74,10 @@ def test_bad_arguments_are_value_errors():
 
 def test_split_and_merge_are_inverse(rng):
     x = rng.standard_normal((3, 8)).astype("float32")
-    re, im = cx.split(tf.constant(x))
-    np.testing.assert_array_equal(re, x[:, :4])
-    np.testing.assert_array_equal(im, x[:, 4:])
-    np.testing.assert_array_equal(cx.merge(re, im), x)
+    re, im = cx.split(tensor(x))
+    np.testing.assert_array_equal(numpy(re), x[:, :4])
+    np.testing.assert_array_equal(numpy(im), x[:, 4:])
+    np.testing.assert_array_equal(numpy(cx.merge(re, im)), x)
 
 
 @pytest.mark.parametrize("as_tensor", [False, True])
@@ -82,14 +87,18 @@ def test_interleaved_and_pairs_converters(rng, as_tensor):
     # Independent constructions of the other two layouts.
     pairs = np.stack([z.real, z.imag], axis=-1).astype("float32")
     interleaved = pairs.reshape(2, 3, 8)
-    wrap = tf.constant if as_tensor else (lambda a: a)
-    np.testing.assert_array_equal(cx.stacked_to_pairs(wrap(stacked)), pairs)
-    np.testing.assert_array_equal(cx.pairs_to_stacked(wrap(pairs)), stacked)
+    wrap = tensor if as_tensor else (lambda a: a)
     np.testing.assert_array_equal(
-        cx.stacked_to_interleaved(wrap(stacked)), interleaved
+        numpy(cx.stacked_to_pairs(wrap(stacked))), pairs
     )
     np.testing.assert_array_equal(
-        cx.interleaved_to_stacked(wrap(interleaved)), stacked
+        numpy(cx.pairs_to_stacked(wrap(pairs))), stacked
+    )
+    np.testing.assert_array_equal(
+        numpy(cx.stacked_to_interleaved(wrap(stacked))), interleaved
+    )
+    np.testing.assert_array_equal(
+        numpy(cx.interleaved_to_stacked(wrap(interleaved))), stacked
     )
     if not as_tensor:
         assert isinstance(cx.stacked_to_interleaved(stacked), np.ndarray)
@@ -97,7 +106,7 @@ def test_interleaved_and_pairs_converters(rng, as_tensor):
 
 def test_arithmetic_matches_numpy(rng):
     a, b = _z(rng, (5, 3)), _z(rng, (5, 3))
-    xa, xb = tf.constant(cvk.to_stacked(a)), tf.constant(cvk.to_stacked(b))
+    xa, xb = tensor(cvk.to_stacked(a)), tensor(cvk.to_stacked(b))
     tol = dict(rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(
         cvk.from_stacked(cx.multiply(xa, xb)), a * b, **tol
@@ -106,7 +115,7 @@ def test_arithmetic_matches_numpy(rng):
         cvk.from_stacked(cx.conjugate(xa)), np.conj(a), **tol
     )
     np.testing.assert_allclose(cvk.from_stacked(cx.times_i(xa)), 1j * a, **tol)
-    np.testing.assert_allclose(cx.modulus(xa), np.abs(a), **tol)
+    np.testing.assert_allclose(numpy(cx.modulus(xa)), np.abs(a), **tol)
     np.testing.assert_allclose(
         cvk.from_stacked(cx.sign(xa)), a / np.abs(a), **tol
     )
@@ -115,23 +124,28 @@ def test_arithmetic_matches_numpy(rng):
 def test_block_kernel_is_the_complex_product(rng):
     x, w = _z(rng, (4, 3)), _z(rng, (3, 5))
     kernel = cx.block_kernel(
-        tf.constant(w.real, tf.float32), tf.constant(w.imag, tf.float32)
+        tensor(w.real.astype("float32")), tensor(w.imag.astype("float32"))
     )
     assert tuple(kernel.shape) == (6, 10)
-    y = ops.matmul(tf.constant(cvk.to_stacked(x)), kernel)
+    y = ops.matmul(tensor(cvk.to_stacked(x)), kernel)
     np.testing.assert_allclose(cvk.from_stacked(y), x @ w, rtol=1e-5, atol=1e-5)
 
 
-def test_modulus_and_sign_at_zero_are_zero_with_zero_gradient():
-    x = tf.constant([[0.0, 3.0, 0.0, 4.0]])  # z = [0, 3 + 4i]
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        magnitude = cx.modulus(x)
-        phase = cx.sign(x)
-    np.testing.assert_allclose(magnitude, [[0.0, 5.0]])
-    np.testing.assert_allclose(phase, [[0.0, 0.6, 0.0, 0.8]], atol=1e-7)
-    grad_m = tape.gradient(magnitude, x).numpy()
-    grad_s = tape.gradient(phase, x).numpy()
+@pytest.mark.parametrize("scaled", [True, False])
+def test_modulus_and_sign_at_zero_are_zero_with_zero_gradient(scaled):
+    x = np.array([[0.0, 3.0, 0.0, 4.0]], "float32")  # z = [0, 3 + 4i]
+    magnitude, phase = cx.modulus_and_sign(x, scaled=scaled)
+    np.testing.assert_allclose(numpy(magnitude), [[0.0, 5.0]])
+    np.testing.assert_allclose(numpy(phase), [[0.0, 0.6, 0.0, 0.8]], atol=1e-7)
+
+    def mod(x):
+        return cx.modulus_and_sign(x, scaled=scaled)[0]
+
+    def sgn(x):
+        return cx.modulus_and_sign(x, scaled=scaled)[1]
+
+    grad_m = gradient(mod, x, loss=ops.sum)
+    grad_s = gradient(sgn, x, loss=ops.sum)
     assert np.all(np.isfinite(grad_m)) and np.all(np.isfinite(grad_s))
     # d|z|/d(re, im) at z = 3 + 4i is (re, im) / |z|; at z = 0 it is 0.
     np.testing.assert_allclose(grad_m, [[0.0, 0.6, 0.0, 0.8]], atol=1e-7)
@@ -141,23 +155,70 @@ def test_modulus_and_sign_at_zero_are_zero_with_zero_gradient():
 def test_scaled_modulus_and_sign_agree_with_numpy(rng):
     z = _z(rng, (4, 5)) * np.logspace(-3, 3, 5)  # small to large moduli
     z[0, 0] = 0
-    x = tf.constant(cvk.to_stacked(z))
+    x = tensor(cvk.to_stacked(z))
     for scaled in (False, True):
         magnitude, phase = cx.modulus_and_sign(x, scaled=scaled)
-        np.testing.assert_allclose(magnitude, np.abs(z), rtol=1e-6)
+        np.testing.assert_allclose(numpy(magnitude), np.abs(z), rtol=1e-6)
         expected = np.where(np.abs(z) > 0, z / np.maximum(np.abs(z), 1e-300), 0)
         np.testing.assert_allclose(
             cvk.from_stacked(phase), expected, rtol=1e-6, atol=1e-7
         )
 
 
-def test_scaled_modulus_has_zero_gradient_at_zero():
-    x = tf.constant([[0.0, 3.0, 0.0, -4.0]])  # z = [0, 3 - 4i]
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        magnitude, phase = cx.modulus_and_sign(x, scaled=True)
-        loss = tf.reduce_sum(magnitude) + tf.reduce_sum(phase)
-    grad = tape.gradient(loss, x).numpy()
+# Issue 11, item 4: in float32 a squared modulus overflows above ~1.8e19
+# and underflows below ~1e-19. The defaults (modulus, sign,
+# modulus_and_sign) must be right over the whole float range.
+EXTREMES = np.array(
+    [[2e19, 1e-19, 3e19 + 4e19j, 3e-30 - 4e-30j, 1e38 + 1e38j, 0j]]
+)
+
+
+def test_modulus_and_sign_at_float32_extremes():
+    x = cvk.to_stacked(EXTREMES)
+    z = cvk.from_stacked(x, "complex128")  # the float32 values exactly
+    # rtol 2e-7: a few float32 roundings (eps 1.2e-7) of an exact result.
+    np.testing.assert_allclose(numpy(cx.modulus(x)), np.abs(z), rtol=2e-7)
+    expected = np.where(z != 0, z / np.where(z != 0, np.abs(z), 1), 0)
+    np.testing.assert_allclose(
+        cvk.from_stacked(cx.sign(x), "complex128"), expected, atol=2e-7
+    )
+    magnitude, phase = cx.modulus_and_sign(x)
+    np.testing.assert_array_equal(numpy(magnitude), numpy(cx.modulus(x)))
+    grad = gradient(cx.modulus, x, loss=ops.sum)
     assert np.all(np.isfinite(grad))
-    assert grad[0, 0] == 0 and grad[0, 2] == 0
-    np.testing.assert_allclose(magnitude, [[0.0, 5.0]])
+
+
+@pytest.mark.parametrize("policy", ["float16", "bfloat16"])
+def test_half_precision_moduli_compute_in_float32(policy):
+    """|300|^2 overflows float16; |1e-4|^2 underflows it. The modulus of a
+    half-precision tensor is computed in float32 and returned in the
+    input's dtype (or `dtype`)."""
+    z = np.array([[300 + 0j, 1e-4 + 0j, 3 + 4j]])
+    x = ops.cast(cvk.to_stacked(z), policy)
+    magnitude = cx.modulus(x)
+    assert keras.backend.standardize_dtype(magnitude.dtype) == policy
+    # rtol 8e-3: one rounding to bfloat16 (2^-8 relative) at most.
+    np.testing.assert_allclose(
+        numpy(ops.cast(magnitude, "float32")), [[300, 1e-4, 5]], rtol=8e-3
+    )
+    full, _ = cx.modulus_and_sign(x, dtype="float32")
+    assert keras.backend.standardize_dtype(full.dtype) == "float32"
+
+
+@pytest.mark.parametrize(
+    "fn, expected",
+    [
+        (cx.modulus, [5.0, 1.0]),
+        (cx.sign, [0.6, 1.0, 0.8, 0.0]),
+        (cx.conjugate, [3.0, 1.0, -4.0, 0.0]),
+        (cx.times_i, [-4.0, 0.0, 3.0, 1.0]),
+        (lambda x: cx.multiply(x, x), [-7.0, 1.0, 24.0, 0.0]),
+        (lambda x: cx.modulus_and_sign(x)[0], [5.0, 1.0]),
+    ],
+)
+def test_arithmetic_accepts_lists_and_numpy(fn, expected):
+    """Issue 11, item 13: `modulus` on a Python list was an AttributeError,
+    while `split` accepts lists."""
+    z = [3, 1, 4, 0]  # 3 + 4i, 1: ints, as a user would type them
+    for x in (z, tuple(z), np.array(z, "float32")):
+        np.testing.assert_allclose(numpy(fn(x)), expected, atol=1e-6)

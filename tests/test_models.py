@@ -96,7 +96,10 @@ def test_small_models_round_trip(rng, tmp_path):
         path = tmp_path / f"{model.name}.keras"
         model.save(path)
         loaded = keras.saving.load_model(path, safe_mode=True)
-        np.testing.assert_array_equal(loaded(x), model(x))
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(loaded(x)),
+            keras.ops.convert_to_numpy(model(x)),
+        )
 
 
 def test_readout_layers(rng):
@@ -106,10 +109,68 @@ def test_readout_layers(rng):
     readout.build((None, 6))
     readout.set_weights([np.array([0.5, -2.0]), np.array(0.25)])
     np.testing.assert_allclose(
-        readout(x), 0.5 * z.real - 2.0 * z.imag + 0.25, atol=1e-6
+        keras.ops.convert_to_numpy(readout(x)),
+        0.5 * z.real - 2.0 * z.imag + 0.25,
+        atol=1e-6,
     )
     np.testing.assert_allclose(
-        cvk.layers.ComplexModulus()(x), np.abs(z), atol=1e-6
+        keras.ops.convert_to_numpy(cvk.layers.ComplexModulus()(x)),
+        np.abs(z),
+        atol=1e-6,
     )
     stacked = cvk.layers.ComplexFromReal()(z.real.astype("float32"))
     np.testing.assert_allclose(cvk.from_stacked(stacked), z.real, atol=1e-7)
+
+
+@pytest.mark.parametrize("synchronized", [False, True])
+def test_batch_norm_synchronized_is_exposed_and_saved(synchronized):
+    """Issue 9: the paper models expose the front-end batch norm's
+    `synchronized` (a no-op outside a tf.distribute strategy), and it is
+    part of the saved configuration."""
+    classifier = models.music_classifier(
+        frames=6,
+        bins=10,
+        notes=4,
+        batch_norm_synchronized=synchronized,
+        **SMALL,
+    )
+    generator = models.music_generator(
+        source_frames=5,
+        target_frames=4,
+        bins=6,
+        notes=3,
+        batch_norm_synchronized=synchronized,
+        **SMALL,
+    )
+    for model in (classifier, generator):
+        norm = model.get_layer("frontend_norm")
+        assert norm.synchronized is synchronized
+        rebuilt = keras.Model.from_config(model.get_config())
+        assert rebuilt.get_layer("frontend_norm").synchronized is synchronized
+
+
+def test_complex_modulus_under_mixed_float16():
+    """Issue 11, item 1: ComplexModulus squared in float16: |300| -> inf,
+    |1e-4| -> 0. It computes in float32 and returns float16."""
+    layer = cvk.layers.ComplexModulus(dtype="mixed_float16")
+    x = cvk.to_stacked(np.array([[300 + 0j, 1e-4 + 0j, 3 - 4j]]))
+    y = layer(keras.ops.cast(x, "float16"))
+    assert keras.backend.standardize_dtype(y.dtype) == "float16"
+    # rtol 1e-3: one rounding to float16 (2^-11 relative).
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(keras.ops.cast(y, "float32")),
+        [[300, 1e-4, 5]],
+        rtol=1e-3,
+    )
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        cvk.layers.ComplexModulus,
+        cvk.layers.RealReadout,
+    ],
+)
+def test_conversion_layers_reject_scalars(layer):
+    with pytest.raises(ValueError, match="scalar"):
+        layer()(np.float32(2.0))

@@ -7,6 +7,19 @@ from cvattn_keras import activations
 from cvattn_keras import complex as cx
 
 
+def _check_stacked(input_shape, layer):
+    """The even size of the last axis of a stacked input shape (None when
+    unknown); a scalar input or an odd size is a `ValueError`."""
+    input_shape = tuple(input_shape)
+    if len(input_shape) == 0:
+        raise ValueError(
+            f"{layer} expects stacked complex inputs (..., 2 * features) "
+            f"with at least one axis. Received a scalar: "
+            f"input_shape={input_shape}"
+        )
+    return cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
+
+
 @keras.saving.register_keras_serializable(package="cvattn_keras")
 class ComplexActivation(keras.layers.Layer):
     """Applies a parameter-free complex activation to a stacked tensor.
@@ -36,7 +49,7 @@ class ComplexActivation(keras.layers.Layer):
         self.activation = activation.lower()
 
     def build(self, input_shape):
-        cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
+        _check_stacked(input_shape, "ComplexActivation")
 
     def call(self, inputs):
         return self.fn(inputs)
@@ -66,19 +79,23 @@ class ModReLU(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
     def build(self, input_shape):
-        size = input_shape[-1]
+        size = _check_stacked(input_shape, "ModReLU")
         if size is None:
             raise ValueError(
                 "The last axis of the input to ModReLU must be known. "
                 f"Received: input_shape={tuple(input_shape)}"
             )
-        cx.check_even(size, "input_shape[-1]", input_shape)
         self.bias = self.add_weight(
             name="bias", shape=(size // 2,), initializer=self.bias_initializer
         )
 
     def call(self, inputs):
-        return activations.modrelu(inputs, ops.cast(self.bias, inputs.dtype))
+        # Under a half-precision policy modrelu computes in float32: keep
+        # the bias in float32 rather than round it to the input's dtype.
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if dtype in ("float16", "bfloat16"):
+            dtype = "float32"
+        return activations.modrelu(inputs, ops.cast(self.bias, dtype))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from cvattn_keras import complex as cx
+from cvattn_keras.layers.activations import _check_stacked
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -37,7 +38,7 @@ class RealReadout(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, input_shape):
-        cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
+        _check_stacked(input_shape, "RealReadout")
         self.kernel = self.add_weight(
             name="kernel", shape=(2,), initializer="glorot_uniform"
         )
@@ -55,17 +56,22 @@ class RealReadout(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package="cvattn_keras")
 class ComplexModulus(keras.layers.Layer):
     """Stacked complex `(..., 2U)` -> real moduli `(..., U)`: `abs(z)`, 0
-    with a zero gradient at z = 0. A phase-invariant read-out."""
+    with a zero gradient at z = 0. A phase-invariant read-out.
+
+    The modulus is computed in float32 under a half-precision policy (and
+    without squaring the data, so it is correct over the whole float range),
+    then cast to the compute dtype: under `mixed_float16`, `|300| = 300` and
+    `|1e-4| = 1e-4`."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.supports_masking = True
 
     def build(self, input_shape):
-        cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
+        _check_stacked(input_shape, "ComplexModulus")
 
     def call(self, inputs):
-        return cx.modulus(inputs)
+        return cx.modulus_and_sign(inputs, dtype=self.compute_dtype)[0]
 
     def compute_output_shape(self, input_shape):
         size = input_shape[-1]

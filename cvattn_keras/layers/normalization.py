@@ -16,7 +16,20 @@ t = sqrt(tr M + 2 s):
     sqrtm(M) = (M + s I) / t,      sqrtm(M)^-1 = adj(M + s I) / (s t),
 
 so no eigendecomposition is needed and every operation is elementwise.
+
+Numerics. Statistics are computed in float32 (float64 under a float64
+policy), also under mixed precision. The data are rescaled by powers of two
+before any square, so every norm here is scale-invariant over the whole
+float range (inputs from about 1e-30 to 1e30 and beyond give the same
+outputs and finite gradients; an all-zero input gives finite outputs). The
+whitening determinant is computed as `v_pp * var(q - beta p)` (a product
+of positive numbers, see `_whitening_statistics`) rather than `v_rr v_ii -
+v_ri^2`, which cancels for improper features (Im close to c Re): the
+output's error grows like `eps_mach * sqrt(cond(C))` instead of
+`eps_mach * cond(C)`.
 """
+
+import math
 
 import keras
 from keras import ops
@@ -40,16 +53,6 @@ def _features(input_shape, layer):
     return cx.check_even(input_shape[-1], "input_shape[-1]", input_shape) // 2
 
 
-def _inverse_sqrt_2x2(a, d, b, det):
-    """Entries `(p, q, r)` of `[[p, r], [r, q]] = sqrtm([[a, b], [b, d]])^-1`
-    for symmetric positive definite input with determinant `det`
-    (elementwise over tensors)."""
-    s = ops.sqrt(det)
-    t = ops.sqrt(a + d + 2.0 * s)
-    st = s * t
-    return (d + s) / st, (a + s) / st, -b / st
-
-
 def _sqrt_2x2(a, d, b):
     """Entries `(p, q, r)` of `sqrtm([[a, b], [b, d]])` for symmetric positive
     semi-definite input (elementwise)."""
@@ -60,22 +63,190 @@ def _sqrt_2x2(a, d, b):
     return (a + s) / t, (d + s) / t, b / t
 
 
-def whiten(real, imag, v_rr, v_ii, v_ri, epsilon):
-    """`(C + epsilon I)^-1/2 [real; imag]` for the covariance entries
-    `v_rr, v_ii, v_ri`. All arguments broadcast; returns `(real, imag)`.
+# --------------------------------------------------------------------------
+# Scale-invariant statistics.
+#
+# Every statistic is computed on data rescaled by powers of two (exact in
+# binary floating point), chosen so that the rescaled, centred data lie in
+# [-1, 1]: squares can neither overflow (inputs up to the float maximum)
+# nor lose the data to underflow (inputs down to the smallest normal). The
+# scales are constants for differentiation (`stop_gradient`): the whitened
+# output is exactly invariant to them, so the gradient is exact.
+# --------------------------------------------------------------------------
 
-    The determinant is expanded as `(v_rr v_ii - v_ri^2) + epsilon (v_rr +
-    v_ii) + epsilon^2` rather than computed from `v + epsilon`: for strongly
-    correlated (improper) features at large scale, `v + epsilon` rounds to
-    `v` in float32 and the determinant would cancel to 0 or below (NaN).
+# Exponent range of the power-of-two scales per statistics dtype: wide
+# enough for the whole range of normal numbers, narrow enough that 2^-k and
+# 2^(2k) stay finite where they are used.
+_EXPONENTS = {"float32": (-120, 120), "float64": (-1000, 1000)}
+
+# A relative floor on epsilon after rescaling, so that a singular 2x2
+# covariance (perfectly improper features) at a scale where epsilon is
+# below the float resolution still has a positive determinant: it only
+# acts where epsilon / variance < 2^-60, far below float32 and float64
+# resolution of the result.
+_EPSILON_FLOOR = 2.0**-60
+
+
+def _exponent(largest, dtype):
+    """The smallest integer `k` (as a float tensor) with `2^k >= largest`,
+    clipped to the dtype's range; `largest = 0` gives the lowest. No
+    gradient flows through it."""
+    low, high = _EXPONENTS[dtype]
+    largest = ops.stop_gradient(largest)
+    positive = largest > 0
+    safe = ops.where(positive, largest, ops.ones_like(largest))
+    k = ops.where(positive, ops.ceil(ops.log2(safe)), low)
+    return ops.clip(k, low, high)
+
+
+def _pow2(k, dtype):
+    return ops.power(ops.cast(2.0, dtype), k)
+
+
+def _epsilon_exponent(epsilon):
+    """The smallest integer `k` with `2^(2k) >= epsilon`."""
+    return float(math.ceil(0.5 * math.log2(epsilon)))
+
+
+def _largest(real, imag):
+    return ops.maximum(ops.abs(real), ops.abs(imag))
+
+
+def _whiten_scaled(p, q_perp, v_pp, v_qq, v_pq, beta, v_perp, e_p, e_q):
+    """`(C + diag(e_p, e_q))^-1/2 [p; q]` with `C = [[v_pp, v_pq], [v_pq,
+    v_qq]]`, written in the coordinates `(p, q_perp)`, `q = beta p + q_perp`,
+    `beta = v_pq / v_pp`, `v_perp = var(q_perp) = v_qq - beta v_pq`.
+
+    With `s = sqrt(det)`, `t = sqrt(tr + 2 s)`, the inverse square root is
+    `[[d + s, -b], [-b, a + s]] / (s t)` (a, d, b the regularised entries).
+    Multiplying out with `q = beta p + q_perp` gives the coefficients below,
+    in which every term is non-negative or a product: no difference of
+    nearly equal numbers, whatever the correlation. The determinant is
+    `v_pp v_perp + v_pp e_q + e_p v_qq + e_p e_q` (a sum of non-negative
+    terms) instead of `a d - b^2`, which cancels for improper features.
     """
-    det = (
-        ops.maximum(v_rr * v_ii - v_ri * v_ri, 0.0)
-        + epsilon * (v_rr + v_ii)
-        + epsilon * epsilon
+    det = v_pp * v_perp + v_pp * e_q + e_p * v_qq + e_p * e_q
+    s = ops.sqrt(det)
+    t = ops.sqrt(v_pp + v_qq + e_p + e_q + 2.0 * s)
+    st = s * t
+    out_p = ((v_perp + e_q + s) * p - v_pq * q_perp) / st
+    out_q = (beta * (e_p + s) * p + (v_pp + e_p + s) * q_perp) / st
+    return out_p, out_q
+
+
+def _pivot(real, imag, v_rr, v_ii, v_ri):
+    """Takes the part with the larger variance as the pivot `p` (so that
+    `|beta| <= 1` and no division by a small variance). Returns
+    `(pivot, p, q, v_pp, v_qq, beta)`, `pivot` True where Re is the
+    pivot."""
+    pivot = v_rr >= v_ii
+    p = ops.where(pivot, real, imag)
+    q = ops.where(pivot, imag, real)
+    v_pp = ops.where(pivot, v_rr, v_ii)
+    v_qq = ops.where(pivot, v_ii, v_rr)
+    nonzero = v_pp > 0
+    safe = ops.where(nonzero, v_pp, ops.ones_like(v_pp))
+    # Divide by a divisor brought into [1, 2) by a power of two (exact):
+    # the derivative of a / b squares b, which underflows for the tiny
+    # variances of data far below sqrt(epsilon) (a NaN gradient on JAX).
+    dtype = keras.backend.standardize_dtype(safe.dtype)
+    exponent = ops.floor(ops.log2(ops.stop_gradient(safe)))
+    unit = _pow2(-ops.clip(exponent, *_EXPONENTS[dtype]), dtype)
+    beta = ops.where(nonzero, (v_ri * unit) / (safe * unit), 0.0)
+    return pivot, p, q, v_pp, v_qq, beta
+
+
+def _unpivot(pivot, out_p, out_q):
+    return ops.where(pivot, out_p, out_q), ops.where(pivot, out_q, out_p)
+
+
+def _whitening_statistics(real, imag, mean, exponent, epsilon, inflation=0.0):
+    """Whitens `(real, imag)` by its own covariance, scale-invariantly.
+
+    Args:
+        real, imag: the data (the statistics dtype).
+        mean: `mean(tensors) -> list` of (weighted) means over the
+            statistics' axes, shaped to broadcast against the data.
+        exponent: `exponent(tensor) -> k`, the smallest `k` with `2^k` at
+            least the (unmasked) maximum of the non-negative tensor over the
+            same axes (see `_exponent`), broadcastable; the same on every
+            replica when the statistics are global.
+        epsilon: added to both variances (in the data's units).
+        inflation: each variance is also inflated by `inflation` times
+            itself (`1 / (E - 1)` turns a biased variance into the
+            unbiased one of the reference estimator).
+
+    Returns:
+        `(real, imag)` whitened, and the statistics in the data's units
+        `(mean_r, mean_i, v_rr, v_ii, v_ri)` (biased).
+
+    Three passes: the mean of data rescaled to [-1, 1]; the second moments
+    of the centred data rescaled again to [-1, 1]; and the variance of
+    `q_perp = q - beta p`, the part of the non-pivot component uncorrelated
+    with the pivot. `det = v_pp var(q_perp)` is then a product of two
+    accurately computed positive numbers: its relative error is about
+    `eps_mach sqrt(v_qq / v_perp)` (a square root of the condition number),
+    where `v_rr v_ii - v_ri^2` loses `eps_mach v_rr v_ii / det` (the
+    condition number itself).
+    """
+    dtype = keras.backend.standardize_dtype(real.dtype)
+    k0 = exponent(_largest(real, imag))
+    real, imag = real * _pow2(-k0, dtype), imag * _pow2(-k0, dtype)
+    mean_r, mean_i = mean([real, imag])
+    real, imag = real - mean_r, imag - mean_i
+    # Second scale: the centred data in [-1, 1], and in total at least
+    # sqrt(epsilon) (so the rescaled epsilon is at most 1).
+    k1 = exponent(_largest(real, imag))
+    k1 = ops.maximum(k1, _epsilon_exponent(epsilon) - k0)
+    real, imag = real * _pow2(-k1, dtype), imag * _pow2(-k1, dtype)
+    total = k0 + k1
+    eps = ops.maximum(epsilon * _pow2(-2.0 * total, dtype), _EPSILON_FLOOR)
+    v_rr, v_ii, v_ri = mean([real * real, imag * imag, real * imag])
+    pivot, p, q, v_pp, v_qq, beta = _pivot(real, imag, v_rr, v_ii, v_ri)
+    q_perp = q - beta * p
+    (v_perp,) = mean([q_perp * q_perp])
+    out_p, out_q = _whiten_scaled(
+        p,
+        q_perp,
+        v_pp,
+        v_qq,
+        v_ri,
+        beta,
+        v_perp,
+        eps + inflation * v_pp,
+        eps + inflation * v_qq,
     )
-    p, q, r = _inverse_sqrt_2x2(v_rr + epsilon, v_ii + epsilon, v_ri, det)
-    return p * real + r * imag, r * real + q * imag
+    out_r, out_i = _unpivot(pivot, out_p, out_q)
+    unit, square = _pow2(k0, dtype), _pow2(2.0 * total, dtype)
+    stats = (mean_r * unit, mean_i * unit, v_rr * square, v_ii * square)
+    return (out_r, out_i), stats + (v_ri * square,)
+
+
+def whiten(real, imag, v_rr, v_ii, v_ri, epsilon):
+    """`(C + epsilon I)^-1/2 [real; imag]` for given covariance entries
+    `v_rr, v_ii, v_ri` (the moving statistics of batch normalization at
+    inference). All arguments broadcast; returns `(real, imag)`.
+
+    The statistics and the data are rescaled by a power of two so that the
+    larger variance (or epsilon) is at most 1, then whitened in the
+    coordinates of `_whiten_scaled`. With no data pass available,
+    `v_perp = v_qq - beta v_ri` is a difference: its relative error is about
+    `eps_mach` times the condition number of the covariance.
+    """
+    dtype = keras.backend.standardize_dtype(real.dtype)
+    top = ops.maximum(ops.maximum(v_rr, v_ii), epsilon)
+    k = ops.ceil(0.5 * ops.log2(ops.stop_gradient(top)))
+    k = ops.clip(k, *_EXPONENTS[dtype])
+    unit, square = _pow2(-k, dtype), _pow2(-2.0 * k, dtype)
+    real, imag = real * unit, imag * unit
+    v_rr, v_ii, v_ri = v_rr * square, v_ii * square, v_ri * square
+    eps = ops.maximum(epsilon * square, _EPSILON_FLOOR)
+    pivot, p, q, v_pp, v_qq, beta = _pivot(real, imag, v_rr, v_ii, v_ri)
+    v_perp = ops.maximum(v_qq - beta * v_ri, 0.0)
+    out_p, out_q = _whiten_scaled(
+        p, q - beta * p, v_pp, v_qq, v_ri, beta, v_perp, eps, eps
+    )
+    return _unpivot(pivot, out_p, out_q)
 
 
 def _stat_dtype(layer):
@@ -214,12 +385,25 @@ class ComplexLayerNormalization(keras.layers.Layer):
             ops.concatenate([real, imag], axis=-1), self.compute_dtype
         )
 
+    def _token_exponent(self, x):
+        """Per token: the power-of-two exponent of max |x| over the last
+        axis, at least that of sqrt(epsilon)."""
+        dtype = keras.backend.standardize_dtype(x.dtype)
+        k = _exponent(ops.max(x, axis=-1, keepdims=True), dtype)
+        return ops.maximum(k, _epsilon_exponent(self.epsilon))
+
     def _naive(self, real, imag):
+        # Rescale by a power of two so that |x| <= 1 and epsilon <= 1:
+        # scale-invariant up to the float range.
+        dtype = keras.backend.standardize_dtype(real.dtype)
+        k = self._token_exponent(_largest(real, imag))
+        real, imag = real * _pow2(-k, dtype), imag * _pow2(-k, dtype)
+        eps = ops.maximum(self.epsilon * _pow2(-2.0 * k, dtype), _EPSILON_FLOOR)
         parts = []
         for part, suffix in ((real, "real"), (imag, "imag")):
             mean = ops.mean(part, axis=-1, keepdims=True)
             variance = ops.var(part, axis=-1, keepdims=True)
-            part = (part - mean) * ops.rsqrt(variance + self.epsilon)
+            part = (part - mean) * ops.rsqrt(variance + eps)
             if self.scale:
                 part = part * ops.cast(
                     getattr(self, f"gamma_{suffix}"), part.dtype
@@ -233,13 +417,20 @@ class ComplexLayerNormalization(keras.layers.Layer):
 
     def _whitening(self, real, imag):
         features = real.shape[-1]
-        real = real - ops.mean(real, axis=-1, keepdims=True)
-        imag = imag - ops.mean(imag, axis=-1, keepdims=True)
-        divisor = features - 1 if self.estimator == "reference" else features
-        v_rr = ops.sum(real * real, axis=-1, keepdims=True) / divisor
-        v_ii = ops.sum(imag * imag, axis=-1, keepdims=True) / divisor
-        v_ri = ops.mean(real * imag, axis=-1, keepdims=True)
-        real, imag = whiten(real, imag, v_rr, v_ii, v_ri, self.epsilon)
+        dtype = keras.backend.standardize_dtype(real.dtype)
+
+        def mean(tensors):
+            return [ops.mean(t, axis=-1, keepdims=True) for t in tensors]
+
+        def exponent(x):
+            return _exponent(ops.max(x, axis=-1, keepdims=True), dtype)
+
+        # The reference estimator's variances divide by E - 1: the biased
+        # variance inflated by 1 / (E - 1).
+        inflation = 1.0 / (features - 1) if self.estimator == "reference" else 0
+        (real, imag), _ = _whitening_statistics(
+            real, imag, mean, exponent, self.epsilon, inflation
+        )
         if self.scale:
             w0, w1, w2 = (
                 ops.cast(w, real.dtype) for w in (self.w0, self.w1, self.w2)
@@ -311,9 +502,16 @@ class ComplexRMSNormalization(keras.layers.Layer):
             )
 
     def call(self, inputs):
-        x = ops.cast(inputs, _stat_dtype(self))
+        dtype = _stat_dtype(self)
+        x = ops.cast(inputs, dtype)
+        # Rescale by a power of two (exact) so that |x| <= 1 and epsilon
+        # <= 1 before squaring: scale-invariant up to the float range.
+        k = _exponent(ops.max(ops.abs(x), axis=-1, keepdims=True), dtype)
+        k = ops.maximum(k, _epsilon_exponent(self.epsilon))
+        x = x * _pow2(-k, dtype)
+        eps = self.epsilon * _pow2(-2.0 * k, dtype)
         power = ops.mean(ops.square(x), axis=-1, keepdims=True) * 2.0
-        x = x * ops.rsqrt(power + self.epsilon)  # mean |z|^2 = 2 mean(x^2)
+        x = x * ops.rsqrt(power + eps)  # mean |z|^2 = 2 mean(x^2)
         scale_real = ops.cast(self.scale_real, x.dtype)
         if self.complex_scale:
             scale_imag = ops.cast(self.scale_imag, x.dtype)
@@ -333,29 +531,17 @@ class ComplexRMSNormalization(keras.layers.Layer):
         }
 
 
-def _moments(real, imag, mask=None):
-    """Biased covariance entries and means per feature over every axis but
-    the last; steps where `mask` (the input's shape without the last axis)
-    is False are left out. Returns `(v_rr, v_ii, v_ri, mean_r, mean_i)`."""
-    axes = tuple(range(len(real.shape) - 1))
-    if mask is None:
-        weights = ops.ones_like(real[..., :1])
-    else:
-        weights = ops.cast(mask, real.dtype)[..., None]
-    count = ops.maximum(ops.sum(weights, axis=axes), 1.0)
-
-    def average(x):
-        return ops.sum(x * weights, axis=axes) / count
-
-    mean_r, mean_i = average(real), average(imag)
-    real, imag = real - mean_r, imag - mean_i
-    return (
-        average(real * real),
-        average(imag * imag),
-        average(real * imag),
-        mean_r,
-        mean_i,
-    )
+def _global_max(k, dtype):
+    """The maximum of the exponents `k` `(E,)` over all replicas, with
+    `keras.ops` only: `ops.moments(..., synchronized=True)` all-reduces a
+    one-hot encoding of each replica's exponent (a few hundred numbers per
+    feature), and the highest exponent present anywhere is taken."""
+    low, high = _EXPONENTS[dtype]
+    size = int(high - low) + 1
+    onehot = ops.one_hot(ops.cast(k - low, "int32"), size, dtype=dtype)
+    present, _ = ops.moments(onehot[None], axes=(0,), synchronized=True)
+    index = ops.where(present > 0, ops.arange(size, dtype=dtype), -1.0)
+    return ops.max(index, axis=-1) + low
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -373,12 +559,31 @@ class ComplexBatchNormalization(keras.layers.Layer):
     `I / sqrt(2)` (output complex variance 1) and a complex `beta`.
 
     `epsilon` is added to both variances; the reference uses 1e-9. Steps
-    masked by Keras masking (or `mask`) are left out of the statistics.
+    masked by Keras masking (or `mask`) are left out of the statistics; a
+    training batch with no unmasked step (or an empty batch, B = 0) leaves
+    the moving statistics unchanged.
+
+    The moving statistics are stored in the variables' dtype (float32), so
+    at inference the covariance of inputs above about 1e19 is not
+    representable; the training outputs are scale-invariant over the whole
+    float range.
+
+    `synchronized=True`, as in `keras.layers.BatchNormalization`: under a
+    `tf.distribute` strategy the batch mean and 2x2 covariance (and the
+    counts of unmasked steps) are all-reduced over the replicas, so every
+    replica whitens with the statistics of the global batch, as one device
+    would. It uses `keras.ops.moments(..., synchronized=True)` and keeps the
+    two-pass accuracy (center, then second moments). It is a no-op outside
+    a strategy, and on JAX and PyTorch: under `keras.distribution` (JAX)
+    arrays are global, so the statistics already are (Keras' own batch
+    norm says the same); a model saved with it loads on every backend.
 
     Args:
         momentum: float in [0, 1). Defaults to `0.99`.
         epsilon: positive float. Defaults to `1e-5`.
         center, scale: whether to use `beta` and `G`. Default `True`.
+        synchronized: whether to reduce the batch statistics over the
+            replicas of a `tf.distribute` strategy. Defaults to `False`.
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -388,11 +593,23 @@ class ComplexBatchNormalization(keras.layers.Layer):
     """
 
     def __init__(
-        self, momentum=0.99, epsilon=1e-5, center=True, scale=True, **kwargs
+        self,
+        momentum=0.99,
+        epsilon=1e-5,
+        center=True,
+        scale=True,
+        synchronized=False,
+        **kwargs,
     ):
         momentum = check.rate(momentum, "momentum")
         epsilon = _check_epsilon(epsilon)
+        if not isinstance(synchronized, bool):
+            raise ValueError(
+                "`synchronized` must be True or False. "
+                f"Received: synchronized={synchronized!r}"
+            )
         super().__init__(**kwargs)
+        self.synchronized = synchronized
         self.supports_masking = True
         self.autocast = False
         self.momentum = float(momentum)
@@ -436,26 +653,27 @@ class ComplexBatchNormalization(keras.layers.Layer):
             return ops.cast(variable, dtype)
 
         if training:
-            v_rr, v_ii, v_ri, mean_r, mean_i = _moments(real, imag, mask)
-            real, imag = real - mean_r, imag - mean_i
-            for moving, batch in (
-                (self.moving_mean_real, mean_r),
-                (self.moving_mean_imag, mean_i),
-                (self.moving_var_rr, v_rr),
-                (self.moving_var_ii, v_ii),
-                (self.moving_cov_ri, v_ri),
-            ):
-                updated = (
-                    self.momentum * weight(moving)
-                    + (1.0 - self.momentum) * batch
-                )
-                moving.assign(ops.cast(updated, moving.dtype))
+            (real, imag), stats, count = self._batch_whitening(real, imag, mask)
+            moving = (
+                self.moving_mean_real,
+                self.moving_mean_imag,
+                self.moving_var_rr,
+                self.moving_var_ii,
+                self.moving_cov_ri,
+            )
+            for variable, batch in zip(moving, stats):
+                old = weight(variable)
+                updated = self.momentum * old + (1.0 - self.momentum) * batch
+                # A batch with no unmasked step (or B = 0) has no
+                # statistics: the moving ones stay as they are.
+                updated = ops.where(count > 0, updated, old)
+                variable.assign(ops.cast(updated, variable.dtype))
         else:
             real = real - weight(self.moving_mean_real)
             imag = imag - weight(self.moving_mean_imag)
             v_rr, v_ii = weight(self.moving_var_rr), weight(self.moving_var_ii)
             v_ri = weight(self.moving_cov_ri)
-        real, imag = whiten(real, imag, v_rr, v_ii, v_ri, self.epsilon)
+            real, imag = whiten(real, imag, v_rr, v_ii, v_ri, self.epsilon)
         if self.scale:
             g_rr, g_ii, g_ri = (
                 weight(g) for g in (self.gamma_rr, self.gamma_ii, self.gamma_ri)
@@ -468,12 +686,54 @@ class ComplexBatchNormalization(keras.layers.Layer):
             ops.concatenate([real, imag], axis=-1), self.compute_dtype
         )
 
+    def _batch_whitening(self, real, imag, mask):
+        """Whitens by the batch statistics. Returns the whitened `(real,
+        imag)`, the statistics `(mean_r, mean_i, v_rr, v_ii, v_ri)` in the
+        data's units and the (global) fraction of unmasked steps."""
+        dtype = keras.backend.standardize_dtype(real.dtype)
+        axes = tuple(range(len(real.shape) - 1))
+        sync = self.synchronized and keras.backend.backend() == "tensorflow"
+        if mask is None:
+            keep = None
+            weights = ops.ones_like(real[..., :1])
+        else:
+            keep = ops.expand_dims(ops.cast(mask, "bool"), -1)
+            weights = ops.cast(keep, dtype)
+
+        def kept(x):
+            # `where`, not a product: padding may hold inf or NaN.
+            return x if keep is None else ops.where(keep, x, 0.0)
+
+        def reduce_mean(x):
+            if sync:
+                return ops.moments(x, axes, synchronized=True)[0]
+            return ops.sum(x, axis=axes)
+
+        # With sync, means over the global batch: mean(w x) / mean(w).
+        count = reduce_mean(weights)  # (1,)
+        safe = ops.where(count > 0, count, ops.ones_like(count))
+
+        def mean(tensors):
+            joined = ops.concatenate([kept(t) for t in tensors], axis=-1)
+            return ops.split(reduce_mean(joined) / safe, len(tensors), -1)
+
+        def exponent(x):
+            largest = ops.max(kept(x), axis=axes, initial=0.0)
+            k = _exponent(largest, dtype)
+            return _global_max(k, dtype) if sync else k
+
+        whitened, stats = _whitening_statistics(
+            real, imag, mean, exponent, self.epsilon
+        )
+        return whitened, stats, count
+
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
     def get_config(self):
         return {
             **super().get_config(),
+            "synchronized": self.synchronized,
             "momentum": self.momentum,
             "epsilon": self.epsilon,
             "center": self.center,
