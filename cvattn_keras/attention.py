@@ -442,6 +442,8 @@ def complex_dot_product_attention(
     _check_shapes(query, key, value)
     if scale is None:
         scale = head_dim**-0.5
+    elif not hasattr(scale, "shape"):  # a number (a tensor passes as is)
+        scale = check.greater_than(scale, "scale")
     mask = expand_mask(mask)
     if mask is not None:
         batch, length, heads = query.shape[:3]

@@ -154,3 +154,9 @@ def test_activations_under_mixed_precision_return_the_compute_dtype():
         y = layer(x)
         assert keras.backend.standardize_dtype(y.dtype) == "float16"
         assert np.all(np.isfinite(numpy(ops.cast(y, "float32"))))
+
+
+def test_modrelu_none_bias_initializer_means_zeros():
+    layer = ModReLU(bias_initializer=None)
+    layer.build((None, 6))
+    np.testing.assert_array_equal(numpy(layer.bias), np.zeros(3))

@@ -414,3 +414,10 @@ def test_bfloat16_operands_against_the_complex128_reference(
         np.testing.assert_allclose(
             cvk.from_stacked(got_w, "complex128"), expected_w, atol=0.01
         )
+
+
+@pytest.mark.parametrize("scale", [float("inf"), float("nan"), 0.0, -1.0])
+def test_core_rejects_a_scale_that_is_not_a_finite_positive_number(scale):
+    q = np.ones((1, 2, 1, 4), "float32")
+    with pytest.raises(ValueError, match="`scale` must be a finite number"):
+        att.complex_dot_product_attention(q, q, q, scale=scale)

@@ -69,13 +69,17 @@ class ModReLU(keras.layers.Layer):
 
     Args:
         bias_initializer: initializer of `bias` `(E,)`. Defaults to
-            `"zeros"` (the identity on every z).
+            `"zeros"` (the identity on every z); `None` means the default.
         **kwargs: base `Layer` arguments.
     """
 
     def __init__(self, bias_initializer="zeros", **kwargs):
         super().__init__(**kwargs)
         self.supports_masking = True
+        # None means the default, zeros (add_weight's fallback would be
+        # Glorot), as in the library's other layers.
+        if bias_initializer is None:
+            bias_initializer = "zeros"
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
     def build(self, input_shape):
