@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import numpy_reference as ref
 import pytest
-from backend_utils import numpy
+from backend_utils import to_numpy
 from backend_utils import value_and_gradients
 from keras import ops
 
@@ -103,10 +103,10 @@ def test_half_precision_keeps_large_and_small_moduli():
     z = np.array([[300 + 0j, 1e-4 + 0j, 3 + 4j]])
     x = ops.cast(cvk.to_stacked(z), "float16")
     modrelu = ModReLU(dtype="mixed_float16")
-    y = cvk.from_stacked(numpy(modrelu(x)).astype("float32"), "complex128")
+    y = cvk.from_stacked(to_numpy(modrelu(x)).astype("float32"), "complex128")
     np.testing.assert_allclose(y, z, rtol=2e-3)
     y = cvk.from_stacked(
-        numpy(activations.cardioid(x)).astype("float32"), "complex128"
+        to_numpy(activations.cardioid(x)).astype("float32"), "complex128"
     )
     np.testing.assert_allclose(y, [[300, 1e-4, 2.4 + 3.2j]], rtol=2e-3)
 
@@ -133,7 +133,7 @@ def test_modrelu_and_cardioid_at_float32_extremes():
         atol=0,
     )
     # cardioid(1e-19) = 1e-19 (phase 0), not 5e-20.
-    assert abs(float(numpy(cardioid)[0, 1]) - 1e-19) < 1e-25
+    assert abs(float(to_numpy(cardioid)[0, 1]) - 1e-19) < 1e-25
     for layer in (modrelu, ComplexActivation("cardioid")):
         layer(x)
         _, grad, _ = value_and_gradients(layer, x)
@@ -153,10 +153,10 @@ def test_activations_under_mixed_precision_return_the_compute_dtype():
     for layer in (ModReLU(), ComplexActivation("cardioid")):
         y = layer(x)
         assert keras.backend.standardize_dtype(y.dtype) == "float16"
-        assert np.all(np.isfinite(numpy(ops.cast(y, "float32"))))
+        assert np.all(np.isfinite(to_numpy(ops.cast(y, "float32"))))
 
 
 def test_modrelu_none_bias_initializer_means_zeros():
     layer = ModReLU(bias_initializer=None)
     layer.build((None, 6))
-    np.testing.assert_array_equal(numpy(layer.bias), np.zeros(3))
+    np.testing.assert_array_equal(to_numpy(layer.bias), np.zeros(3))

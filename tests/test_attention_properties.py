@@ -12,10 +12,10 @@ import keras
 import numpy as np
 import numpy_reference as ref
 import pytest
+from backend_utils import gradients
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
-from models import gradients
 
 import cvattn_keras as cvk
 from cvattn_keras import attention as att

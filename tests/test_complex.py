@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 from backend_utils import gradient
-from backend_utils import numpy
+from backend_utils import to_numpy
 from keras import ops
 
 import cvattn_keras as cvk
@@ -75,9 +75,9 @@ def test_bad_arguments_are_value_errors():
 def test_split_and_merge_are_inverse(rng):
     x = rng.standard_normal((3, 8)).astype("float32")
     re, im = cx.split(tensor(x))
-    np.testing.assert_array_equal(numpy(re), x[:, :4])
-    np.testing.assert_array_equal(numpy(im), x[:, 4:])
-    np.testing.assert_array_equal(numpy(cx.merge(re, im)), x)
+    np.testing.assert_array_equal(to_numpy(re), x[:, :4])
+    np.testing.assert_array_equal(to_numpy(im), x[:, 4:])
+    np.testing.assert_array_equal(to_numpy(cx.merge(re, im)), x)
 
 
 @pytest.mark.parametrize("as_tensor", [False, True])
@@ -89,16 +89,16 @@ def test_interleaved_and_pairs_converters(rng, as_tensor):
     interleaved = pairs.reshape(2, 3, 8)
     wrap = tensor if as_tensor else (lambda a: a)
     np.testing.assert_array_equal(
-        numpy(cx.stacked_to_pairs(wrap(stacked))), pairs
+        to_numpy(cx.stacked_to_pairs(wrap(stacked))), pairs
     )
     np.testing.assert_array_equal(
-        numpy(cx.pairs_to_stacked(wrap(pairs))), stacked
+        to_numpy(cx.pairs_to_stacked(wrap(pairs))), stacked
     )
     np.testing.assert_array_equal(
-        numpy(cx.stacked_to_interleaved(wrap(stacked))), interleaved
+        to_numpy(cx.stacked_to_interleaved(wrap(stacked))), interleaved
     )
     np.testing.assert_array_equal(
-        numpy(cx.interleaved_to_stacked(wrap(interleaved))), stacked
+        to_numpy(cx.interleaved_to_stacked(wrap(interleaved))), stacked
     )
     if not as_tensor:
         assert isinstance(cx.stacked_to_interleaved(stacked), np.ndarray)
@@ -115,7 +115,7 @@ def test_arithmetic_matches_numpy(rng):
         cvk.from_stacked(cx.conjugate(xa)), np.conj(a), **tol
     )
     np.testing.assert_allclose(cvk.from_stacked(cx.times_i(xa)), 1j * a, **tol)
-    np.testing.assert_allclose(numpy(cx.modulus(xa)), np.abs(a), **tol)
+    np.testing.assert_allclose(to_numpy(cx.modulus(xa)), np.abs(a), **tol)
     np.testing.assert_allclose(
         cvk.from_stacked(cx.sign(xa)), a / np.abs(a), **tol
     )
@@ -135,8 +135,10 @@ def test_block_kernel_is_the_complex_product(rng):
 def test_modulus_and_sign_at_zero_are_zero_with_zero_gradient(scaled):
     x = np.array([[0.0, 3.0, 0.0, 4.0]], "float32")  # z = [0, 3 + 4i]
     magnitude, phase = cx.modulus_and_sign(x, scaled=scaled)
-    np.testing.assert_allclose(numpy(magnitude), [[0.0, 5.0]])
-    np.testing.assert_allclose(numpy(phase), [[0.0, 0.6, 0.0, 0.8]], atol=1e-7)
+    np.testing.assert_allclose(to_numpy(magnitude), [[0.0, 5.0]])
+    np.testing.assert_allclose(
+        to_numpy(phase), [[0.0, 0.6, 0.0, 0.8]], atol=1e-7
+    )
 
     def mod(x):
         return cx.modulus_and_sign(x, scaled=scaled)[0]
@@ -158,7 +160,7 @@ def test_scaled_modulus_and_sign_agree_with_numpy(rng):
     x = tensor(cvk.to_stacked(z))
     for scaled in (False, True):
         magnitude, phase = cx.modulus_and_sign(x, scaled=scaled)
-        np.testing.assert_allclose(numpy(magnitude), np.abs(z), rtol=1e-6)
+        np.testing.assert_allclose(to_numpy(magnitude), np.abs(z), rtol=1e-6)
         expected = np.where(np.abs(z) > 0, z / np.maximum(np.abs(z), 1e-300), 0)
         np.testing.assert_allclose(
             cvk.from_stacked(phase), expected, rtol=1e-6, atol=1e-7
@@ -177,13 +179,13 @@ def test_modulus_and_sign_at_float32_extremes():
     x = cvk.to_stacked(EXTREMES)
     z = cvk.from_stacked(x, "complex128")  # the float32 values exactly
     # rtol 2e-7: a few float32 roundings (eps 1.2e-7) of an exact result.
-    np.testing.assert_allclose(numpy(cx.modulus(x)), np.abs(z), rtol=2e-7)
+    np.testing.assert_allclose(to_numpy(cx.modulus(x)), np.abs(z), rtol=2e-7)
     expected = np.where(z != 0, z / np.where(z != 0, np.abs(z), 1), 0)
     np.testing.assert_allclose(
         cvk.from_stacked(cx.sign(x), "complex128"), expected, atol=2e-7
     )
     magnitude, phase = cx.modulus_and_sign(x)
-    np.testing.assert_array_equal(numpy(magnitude), numpy(cx.modulus(x)))
+    np.testing.assert_array_equal(to_numpy(magnitude), to_numpy(cx.modulus(x)))
     grad = gradient(cx.modulus, x, loss=ops.sum)
     assert np.all(np.isfinite(grad))
 
@@ -199,7 +201,7 @@ def test_half_precision_moduli_compute_in_float32(policy):
     assert keras.backend.standardize_dtype(magnitude.dtype) == policy
     # rtol 8e-3: one rounding to bfloat16 (2^-8 relative) at most.
     np.testing.assert_allclose(
-        numpy(ops.cast(magnitude, "float32")), [[300, 1e-4, 5]], rtol=8e-3
+        to_numpy(ops.cast(magnitude, "float32")), [[300, 1e-4, 5]], rtol=8e-3
     )
     full, _ = cx.modulus_and_sign(x, dtype="float32")
     assert keras.backend.standardize_dtype(full.dtype) == "float32"
@@ -221,4 +223,4 @@ def test_arithmetic_accepts_lists_and_numpy(fn, expected):
     while `split` accepts lists."""
     z = [3, 1, 4, 0]  # 3 + 4i, 1: ints, as a user would type them
     for x in (z, tuple(z), np.array(z, "float32")):
-        np.testing.assert_allclose(numpy(fn(x)), expected, atol=1e-6)
+        np.testing.assert_allclose(to_numpy(fn(x)), expected, atol=1e-6)

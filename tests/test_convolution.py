@@ -3,7 +3,7 @@
 import numpy as np
 import numpy_reference as ref
 import pytest
-from models import to_numpy
+from backend_utils import to_numpy
 
 import cvattn_keras as cvk
 from cvattn_keras.layers import ComplexConv1D

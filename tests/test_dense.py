@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from models import to_numpy
+from backend_utils import to_numpy
 from numpy_reference import random_complex
 
 import cvattn_keras as cvk

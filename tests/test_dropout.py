@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from models import to_numpy
+from backend_utils import to_numpy
 
 from cvattn_keras.layers import ComplexDropout
 

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import numpy_reference as ref
 import pytest
-from models import to_numpy
+from backend_utils import to_numpy
 
 import cvattn_keras as cvk
 from cvattn_keras import attention as att

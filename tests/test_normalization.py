@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import numpy_reference as ref
 import pytest
-from backend_utils import numpy
+from backend_utils import to_numpy
 from backend_utils import value_and_gradients
 
 import cvattn_keras as cvk
@@ -59,7 +59,7 @@ def _has_float64():
 
 def _random_weights(layer, rng):
     layer.set_weights([rng.standard_normal(w.shape) for w in layer.weights])
-    return [numpy(w).astype("float64") for w in layer.weights]
+    return [to_numpy(w).astype("float64") for w in layer.weights]
 
 
 @pytest.mark.parametrize("estimator", ["reference", "biased"])
@@ -127,7 +127,7 @@ def test_layer_norm_under_mixed_precision(rng):
     assert all(w.dtype == "float32" for w in layer.weights)
     full = ComplexLayerNormalization()(x)
     np.testing.assert_allclose(
-        numpy(y).astype("float32"), numpy(full), atol=5e-3
+        to_numpy(y).astype("float32"), to_numpy(full), atol=5e-3
     )
 
 
@@ -152,7 +152,7 @@ def test_batch_norm_training_and_inference(rng):
     layer = ComplexBatchNormalization(momentum=0.9)
     x = cvk.to_stacked(z)
     before = layer(x)  # inference before any training: finite
-    assert np.all(np.isfinite(numpy(before)))
+    assert np.all(np.isfinite(to_numpy(before)))
     y = cvk.from_stacked(layer(x, training=True), "complex128")
     # Whitened then scaled by I / sqrt(2): each part variance 1/2 over
     # batch and length, uncorrelated, mean 0.
@@ -173,7 +173,7 @@ def test_batch_norm_training_and_inference(rng):
     }
     for name, value in expected.items():
         np.testing.assert_allclose(
-            numpy(getattr(layer, name)), value, atol=1e-5
+            to_numpy(getattr(layer, name)), value, atol=1e-5
         )
     # Inference uses the moving statistics (NumPy whitening by eigh).
     out = cvk.from_stacked(layer(x), "complex128")
@@ -262,7 +262,7 @@ def test_improper_features_at_large_scale_stay_finite(rng, scale):
     ]
     for layer in layers:
         y = layer(x, training=True) if "batch" in layer.name else layer(x)
-        assert np.all(np.isfinite(numpy(y))), layer.name
+        assert np.all(np.isfinite(to_numpy(y))), layer.name
 
 
 @pytest.mark.parametrize("policy", ["bfloat16", "float16", "float64"])
@@ -278,7 +278,7 @@ def test_norms_under_plain_policies(rng, policy):
     ):
         y = layer(x, training=True) if "batch" in layer.name else layer(x)
         assert keras.backend.standardize_dtype(y.dtype) == policy
-        assert np.all(np.isfinite(numpy(y).astype("float64")))
+        assert np.all(np.isfinite(to_numpy(y).astype("float64")))
 
 
 def test_batch_norm_leaves_masked_steps_out(rng):
@@ -292,7 +292,7 @@ def test_batch_norm_leaves_masked_steps_out(rng):
     plain = ComplexBatchNormalization(momentum=0.0)
     plain(cvk.to_stacked(z[:, :4]), training=True)
     for a, b in zip(masked.non_trainable_weights, plain.non_trainable_weights):
-        np.testing.assert_allclose(numpy(a), numpy(b), atol=1e-5)
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-5)
 
 
 # --------------------------------------------------------------------------
@@ -418,7 +418,7 @@ def test_norms_of_zero_input_are_finite(name):
 
 
 def _moving(layer):
-    return [numpy(w).copy() for w in layer.non_trainable_weights]
+    return [to_numpy(w).copy() for w in layer.non_trainable_weights]
 
 
 def test_fully_masked_and_empty_batches_leave_moving_statistics(rng):
@@ -433,7 +433,7 @@ def test_fully_masked_and_empty_batches_leave_moving_statistics(rng):
     x = cvk.to_stacked(ref.random_complex(rng, (4, 5, 3)))
     for _ in range(2):
         y = layer(x, training=True, mask=np.zeros((4, 5), bool))
-        assert np.all(np.isfinite(numpy(y)))
+        assert np.all(np.isfinite(to_numpy(y)))
     empty = layer(np.zeros((0, 5, 6), "float32"), training=True)
     assert tuple(empty.shape) == (0, 5, 6)
     for a, b in zip(before, _moving(layer)):
@@ -454,9 +454,9 @@ def test_masked_padding_may_hold_non_finite_values(rng):
     mask = np.ones((3, 5), bool)
     mask[:, 3:] = False
     layer = ComplexBatchNormalization(momentum=0.0)
-    y = numpy(layer(padded, training=True, mask=mask))
+    y = to_numpy(layer(padded, training=True, mask=mask))
     plain = ComplexBatchNormalization(momentum=0.0)
-    expected = numpy(plain(x[:, :3], training=True))
+    expected = to_numpy(plain(x[:, :3], training=True))
     np.testing.assert_allclose(y[:, :3], expected, atol=1e-6)
     for a, b in zip(_moving(layer), _moving(plain)):
         np.testing.assert_allclose(a, b, atol=1e-6)
@@ -470,7 +470,9 @@ def test_batch_norm_inference_on_improper_moving_statistics(rng):
     x = cvk.to_stacked(z)
     layer = ComplexBatchNormalization(momentum=0.0)
     layer(x, training=True)
-    moving = [numpy(w).astype("float64") for w in layer.non_trainable_weights]
+    moving = [
+        to_numpy(w).astype("float64") for w in layer.non_trainable_weights
+    ]
     mean_r, mean_i, v_rr, v_ii, v_ri = moving
     zz = cvk.from_stacked(x, "complex128") - (mean_r + 1j * mean_i)
     cov = np.stack(
@@ -504,8 +506,8 @@ def test_synchronized_is_serialized_and_a_no_op_outside_a_strategy(rng):
     mask[1, 2:] = False
     plain = ComplexBatchNormalization(momentum=0.5)
     np.testing.assert_allclose(
-        numpy(layer(x, training=True, mask=mask)),
-        numpy(plain(x, training=True, mask=mask)),
+        to_numpy(layer(x, training=True, mask=mask)),
+        to_numpy(plain(x, training=True, mask=mask)),
         rtol=1e-6,
         atol=1e-6,
     )

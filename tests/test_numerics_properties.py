@@ -12,7 +12,7 @@ import math
 import numpy as np
 import numpy_reference as ref
 import pytest
-from backend_utils import numpy
+from backend_utils import to_numpy
 from backend_utils import value_and_gradients
 from hypothesis import given
 from hypothesis import settings
@@ -62,7 +62,7 @@ def test_modulus_and_sign_over_the_float32_range(z):
     magnitude, phase = cx.modulus_and_sign(x)
     # A few float32 roundings of a scaled computation: rtol 4 eps.
     np.testing.assert_allclose(
-        numpy(magnitude), np.abs(z), rtol=4 * EPS32, atol=0
+        to_numpy(magnitude), np.abs(z), rtol=4 * EPS32, atol=0
     )
     expected = np.where(z != 0, z / np.where(z != 0, np.abs(z), 1), 0)
     np.testing.assert_allclose(
@@ -198,8 +198,10 @@ def test_batch_norm_statistics_leave_masked_steps_out(mask, seed):
     padded[~mask] = 1e30  # padding that must not count
     layer = ComplexBatchNormalization(momentum=0.5)
     y = layer(padded, training=True, mask=mask)
-    assert np.all(np.isfinite(numpy(y)[mask]))
-    moving = [numpy(w).astype("float64") for w in layer.non_trainable_weights]
+    assert np.all(np.isfinite(to_numpy(y)[mask]))
+    moving = [
+        to_numpy(w).astype("float64") for w in layer.non_trainable_weights
+    ]
     if not mask.any():
         initial = [np.zeros(2), np.zeros(2), np.full(2, 0.5)]
         expected = initial + [np.full(2, 0.5), np.zeros(2)]

@@ -4,10 +4,10 @@ and XLA (TensorFlow's `jit_compile`, `jax.jit`) equal to eager."""
 import keras
 import numpy as np
 import pytest
+from backend_utils import compiled
+from backend_utils import to_numpy
 from models import all_blocks_inputs
 from models import all_blocks_model
-from models import compiled
-from models import to_numpy
 
 import cvattn_keras as cvk
 
