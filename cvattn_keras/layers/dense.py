@@ -107,14 +107,36 @@ class ComplexDense(keras.layers.Layer):
         return None if not self.built else self.kernel_real.shape[0]
 
     def call(self, inputs):
-        # inputs: (..., 2I); kernel: (2I, 2U); outputs: (..., 2U)
-        kernel = cx.block_kernel(self.kernel_real, self.kernel_imag)
-        outputs = ops.matmul(inputs, kernel)
+        # The block matmul [x_r | x_i] @ [[W_r, W_i], [-W_i, W_r]] written as
+        # one contraction of the input planes (..., 2, I) against the kernel
+        # stacked on new axes (2, I, 2, U): the same FLOPs and speed (measured
+        # on TF and JAX, jit, forward and backward), but W_r and W_i keep
+        # their own axes, so a shard of their input or units axis is a
+        # contiguous block of the contraction. Under keras.distribution's
+        # ModelParallel an input-axis shard then needs the one all-reduce of
+        # a real Dense, where the concatenated block kernel needed
+        # all-to-alls.
+        # Explicit casts: tf.stack does not take Keras variables.
+        dtype = self.compute_dtype
+        kernel_real = ops.cast(self.kernel_real, dtype)
+        kernel_imag = ops.cast(self.kernel_imag, dtype)
+        kernel = ops.stack(
+            [
+                ops.stack([kernel_real, kernel_imag], axis=1),
+                ops.stack([-kernel_imag, kernel_real], axis=1),
+            ]
+        )
+        planes = cx.split_planes(inputs)  # (..., 2, I)
+        rank = len(planes.shape)
+        outputs = ops.tensordot(
+            planes, kernel, axes=[[rank - 2, rank - 1], [0, 1]]
+        )  # (..., 2, U)
         if self.use_bias:
-            outputs = outputs + ops.concatenate(
-                [self.bias_real, self.bias_imag], axis=0
-            )
-        return outputs
+            bias = [
+                ops.cast(b, dtype) for b in (self.bias_real, self.bias_imag)
+            ]
+            outputs = outputs + ops.stack(bias)
+        return cx.merge_planes(outputs)
 
     def compute_output_shape(self, input_shape):
         input_shape = tuple(input_shape)
