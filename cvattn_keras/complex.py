@@ -202,7 +202,10 @@ def merge_planes(planes):
             "Planes have an axis of size 2 (real, imag) before the last. "
             f"Received: planes.shape={shape}"
         )
-    return ops.reshape(planes, tuple(ops.shape(planes)[:-2]) + (-1,))
+    # The static size of the merged axis where known: TensorFlow cannot
+    # infer a -1 beside dynamic leading sizes, and the layers after need it.
+    last = -1 if shape[-1] is None else 2 * shape[-1]
+    return ops.reshape(planes, tuple(ops.shape(planes)[:-2]) + (last,))
 
 
 def merge(real, imag):

@@ -83,14 +83,14 @@ def case_layers():
             None,
         ),
         (
-            "BlockKernelComplexDense 64->128, units sharded",
-            lambda: BlockKernelComplexDense(128),
+            "BlockComplexDense 64->128, units sharded",
+            lambda: BlockComplexDense(128),
             128,
             shard_units,
         ),
         (
-            "BlockKernelComplexDense 64->128, inputs sharded",
-            lambda: BlockKernelComplexDense(128),
+            "BlockComplexDense 64->128, inputs sharded",
+            lambda: BlockComplexDense(128),
             128,
             shard_inputs,
         ),
@@ -107,8 +107,8 @@ def case_layers():
             megatron,
         ),
         (
-            "BlockKernelComplexDense MLP 64->128->64, Megatron",
-            lambda: mlp(BlockKernelComplexDense, 128, 64),
+            "BlockComplexDense MLP 64->128->64, Megatron",
+            lambda: mlp(BlockComplexDense, 128, 64),
             128,
             megatron,
         ),
@@ -147,7 +147,7 @@ def case_layers():
     ]
 
 
-class BlockKernelComplexDense(cl.ComplexDense):
+class BlockComplexDense(cl.ComplexDense):
     """ComplexDense as it was computed before: one matmul against the block
     kernel `[[W_r, W_i], [-W_i, W_r]]`, concatenated along the feature axes
     (measured here against today's contraction over stacked axes)."""
