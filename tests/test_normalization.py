@@ -105,8 +105,20 @@ def test_naive_method_matches_numpy(rng):
 
 @pytest.mark.parametrize(
     "token",
-    [[1, 1, 1, 1], [2 + 3j] * 4, [1, 2, 3, 4], [0, 0, 0, 0]],
-    ids=["constant", "constant-complex", "purely-real", "zero"],
+    [
+        [1, 1, 1, 1],
+        [2 + 3j] * 4,
+        [1, 2, 3, 4],
+        [0, 0, 0, 0],
+        [1e30 * (1 + 2j)] * 4,
+    ],
+    ids=[
+        "constant",
+        "constant-complex",
+        "purely-real",
+        "zero",
+        "constant-1e30",
+    ],
 )
 @pytest.mark.parametrize("method", ["whitening", "naive"])
 def test_degenerate_tokens_are_finite_with_finite_gradients(token, method):
@@ -605,3 +617,17 @@ def test_synchronized_batch_norm_under_mirrored_strategy(tmp_path):
         for a, b in zip(local["moving"], single["moving"])
     ]
     assert max(differences) > 0.1
+
+
+def test_batch_norm_moving_statistics_of_huge_real_data_are_finite():
+    """Purely real data at 1e30: the imaginary variance and the covariance
+    are exactly 0 (no 0 * inf NaN from the rescaling), the real variance
+    overflows float32 storage only as inf, never NaN."""
+    x = cvk.to_stacked(np.full((4, 3, 2), 1e30) * np.arange(1, 4)[:, None])
+    layer = ComplexBatchNormalization(momentum=0.0)
+    y = layer(x, training=True)
+    assert np.all(np.isfinite(to_numpy(y)))
+    moving = {w.name: to_numpy(w) for w in layer.non_trainable_weights}
+    assert not any(np.isnan(v).any() for v in moving.values()), moving
+    np.testing.assert_array_equal(moving["moving_var_ii"], 0.0)
+    np.testing.assert_array_equal(moving["moving_cov_ri"], 0.0)

@@ -112,65 +112,29 @@ def _largest(real, imag):
     return ops.maximum(ops.abs(real), ops.abs(imag))
 
 
-def _whiten_scaled(p, q_perp, v_pp, v_qq, v_pq, beta, v_perp, e_p, e_q):
-    """`(C + diag(e_p, e_q))^-1/2 [p; q]` with `C = [[v_pp, v_pq], [v_pq,
-    v_qq]]`, written in the coordinates `(p, q_perp)`, `q = beta p + q_perp`,
-    `beta = v_pq / v_pp`, `v_perp = var(q_perp) = v_qq - beta v_pq`.
-
-    With `s = sqrt(det)`, `t = sqrt(tr + 2 s)`, the inverse square root is
-    `[[d + s, -b], [-b, a + s]] / (s t)` (a, d, b the regularised entries).
-    Multiplying out with `q = beta p + q_perp` gives the coefficients below,
-    in which every term is non-negative or a product: no difference of
-    nearly equal numbers, whatever the correlation. The determinant is
-    `v_pp v_perp + v_pp e_q + e_p v_qq + e_p e_q` (a sum of non-negative
-    terms) instead of `a d - b^2`, which cancels for improper features.
-    """
-    det = v_pp * v_perp + v_pp * e_q + e_p * v_qq + e_p * e_q
-    s = ops.sqrt(det)
-    t = ops.sqrt(v_pp + v_qq + e_p + e_q + 2.0 * s)
-    st = s * t
-    out_p = ((v_perp + e_q + s) * p - v_pq * q_perp) / st
-    out_q = (beta * (e_p + s) * p + (v_pp + e_p + s) * q_perp) / st
-    return out_p, out_q
-
-
-def _pivot(real, imag, v_rr, v_ii, v_ri):
-    """Takes the part with the larger variance as the pivot `p` (so that
-    `|beta| <= 1` and no division by a small variance). Returns
-    `(pivot, p, q, v_pp, v_qq, beta)`, `pivot` True where Re is the
-    pivot."""
-    pivot = v_rr >= v_ii
-    p = ops.where(pivot, real, imag)
-    q = ops.where(pivot, imag, real)
-    v_pp = ops.where(pivot, v_rr, v_ii)
-    v_qq = ops.where(pivot, v_ii, v_rr)
-    nonzero = v_pp > 0
-    safe = ops.where(nonzero, v_pp, ops.ones_like(v_pp))
-    # Divide by a divisor brought into [1, 2) by a power of two (exact):
-    # the derivative of a / b squares b, which underflows for the tiny
-    # variances of data far below sqrt(epsilon) (a NaN gradient on JAX).
-    dtype = keras.backend.standardize_dtype(safe.dtype)
+def _safe_ratio(numerator, divisor, dtype):
+    """`numerator / divisor` where `divisor > 0`, else 0. The divisor is
+    brought into [1, 2) by a power of two (exact) first: the derivative of
+    `a / b` squares `b`, which underflows for the tiny variances of data
+    far below sqrt(epsilon) (a NaN gradient on JAX)."""
+    nonzero = divisor > 0
+    safe = ops.where(nonzero, divisor, ops.ones_like(divisor))
     exponent = ops.floor(ops.log2(ops.stop_gradient(safe)))
     unit = _pow2(-ops.clip(exponent, *_EXPONENTS[dtype]), dtype)
-    beta = ops.where(nonzero, (v_ri * unit) / (safe * unit), 0.0)
-    return pivot, p, q, v_pp, v_qq, beta
+    return ops.where(nonzero, (numerator * unit) / (safe * unit), 0.0)
 
 
-def _unpivot(pivot, out_p, out_q):
-    return ops.where(pivot, out_p, out_q), ops.where(pivot, out_q, out_p)
-
-
-def _whitening_statistics(real, imag, mean, exponent, epsilon, inflation=0.0):
+def _whitening_statistics(real, imag, mean, k0, epsilon, inflation=0.0):
     """Whitens `(real, imag)` by its own covariance, scale-invariantly.
 
     Args:
         real, imag: the data (the statistics dtype).
-        mean: `mean(tensors) -> list` of (weighted) means over the
-            statistics' axes, shaped to broadcast against the data.
-        exponent: `exponent(tensor) -> k`, the smallest `k` with `2^k` at
-            least the (unmasked) maximum of the non-negative tensor over the
-            same axes (see `_exponent`), broadcastable; the same on every
-            replica when the statistics are global.
+        mean: `mean(*tensors) -> list`, the (weighted) means over the
+            statistics' axes, each shaped to broadcast against the data.
+        k0: the smallest integer `k` (a float tensor, see `_exponent`)
+            with `2^k` at least the (unmasked) maximum of `|real|` and
+            `|imag|` over the statistics' axes, broadcastable likewise; the
+            same on every replica when the statistics are global.
         epsilon: added to both variances (in the data's units).
         inflation: each variance is also inflated by `inflation` times
             itself (`1 / (E - 1)` turns a biased variance into the
@@ -180,46 +144,95 @@ def _whitening_statistics(real, imag, mean, exponent, epsilon, inflation=0.0):
         `(real, imag)` whitened, and the statistics in the data's units
         `(mean_r, mean_i, v_rr, v_ii, v_ri)` (biased).
 
-    Three passes: the mean of data rescaled to [-1, 1]; the second moments
-    of the centred data rescaled again to [-1, 1]; and the variance of
-    `q_perp = q - beta p`, the part of the non-pivot component uncorrelated
-    with the pivot. `det = v_pp var(q_perp)` is then a product of two
-    accurately computed positive numbers: its relative error is about
-    `eps_mach sqrt(v_qq / v_perp)` (a square root of the condition number),
+    One power-of-two scale `2^k0`, from the largest |x|, brings the data
+    into [-1, 1] before any square. A second one, `2^k1`, from the larger
+    variance (and sqrt(epsilon)), brings the statistics near 1 so that the
+    2x2 algebra and its derivatives stay in range; it only touches
+    per-token (per-feature) numbers, not the data.
+
+    Three data passes: the mean; the second moments of the centred data;
+    and the variance of `u = q - beta p`, the part of the non-pivot
+    component `q` uncorrelated with the pivot `p` (the part with the larger
+    variance, so `|beta| <= 1`). `det = v_pp var(u)` is then a product of
+    two accurately computed positive numbers: its relative error is about
+    `eps_mach sqrt(v_qq / var(u))` (a square root of the condition number),
     where `v_rr v_ii - v_ri^2` loses `eps_mach v_rr v_ii / det` (the
     condition number itself).
+
+    Derivatives: the scales are constants (`stop_gradient`), as the
+    whitened output is exactly invariant to them. The accurate determinant
+    carries the derivative of `v_rr v_ii - v_ri^2`, the same function
+    (`_with_derivative_of`), so the backward pass has no pass over `u` and
+    a shorter chain of per-token operations (XLA fuses such chains into
+    the loops over the data and repeats them for every element).
     """
     dtype = keras.backend.standardize_dtype(real.dtype)
-    k0 = exponent(_largest(real, imag))
-    real, imag = real * _pow2(-k0, dtype), imag * _pow2(-k0, dtype)
-    mean_r, mean_i = mean([real, imag])
-    real, imag = real - mean_r, imag - mean_i
-    # Second scale: the centred data in [-1, 1], and in total at least
-    # sqrt(epsilon) (so the rescaled epsilon is at most 1).
-    k1 = exponent(_largest(real, imag))
-    k1 = ops.maximum(k1, _epsilon_exponent(epsilon) - k0)
-    real, imag = real * _pow2(-k1, dtype), imag * _pow2(-k1, dtype)
+    low, high = _EXPONENTS[dtype]
+    unit = _pow2(-k0, dtype)
+    mean_r, mean_i = mean(real * unit, imag * unit)
+    real, imag = real * unit - mean_r, imag * unit - mean_i
+    v_rr, v_ii, v_ri = mean(real * real, imag * imag, real * imag)
+    # k1: the larger variance to (1/4, 1], and in total (k0 + k1) at
+    # least sqrt(epsilon), so that the rescaled epsilon is at most 1. The
+    # factor 2^-2k1 is applied as two factors 2^-k1, each representable.
+    top = ops.stop_gradient(ops.maximum(v_rr, v_ii))
+    k1 = ops.maximum(
+        ops.ceil(0.5 * ops.log2(top)), _epsilon_exponent(epsilon) - k0
+    )
+    k1 = ops.clip(k1, low, high)
+    half = _pow2(-k1, dtype)
+    v_rr, v_ii, v_ri = (v * half * half for v in (v_rr, v_ii, v_ri))
     total = k0 + k1
     eps = ops.maximum(epsilon * _pow2(-2.0 * total, dtype), _EPSILON_FLOOR)
-    v_rr, v_ii, v_ri = mean([real * real, imag * imag, real * imag])
-    pivot, p, q, v_pp, v_qq, beta = _pivot(real, imag, v_rr, v_ii, v_ri)
-    q_perp = q - beta * p
-    (v_perp,) = mean([q_perp * q_perp])
-    out_p, out_q = _whiten_scaled(
-        p,
-        q_perp,
-        v_pp,
-        v_qq,
-        v_ri,
-        beta,
-        v_perp,
-        eps + inflation * v_pp,
-        eps + inflation * v_qq,
+    # det = v_pp var(u), u = q - beta p as a combination of (real, imag).
+    pivot = v_rr >= v_ii
+    v_pp = ops.stop_gradient(ops.where(pivot, v_rr, v_ii))
+    beta = ops.stop_gradient(_safe_ratio(v_ri, v_pp, dtype))
+    a, b = ops.where(pivot, -beta, 1.0), ops.where(pivot, 1.0, -beta)
+    u = ops.stop_gradient(a * real + b * imag)
+    (v_perp,) = mean(u * u)
+    det = v_pp * (v_perp * half * half)
+    det = _with_derivative_of(det, v_rr * v_ii - v_ri * v_ri)
+    w_rr, w_ii, w_ri = (
+        w * half
+        for w in _inverse_sqrt(
+            v_rr,
+            v_ii,
+            v_ri,
+            det,
+            eps + inflation * v_rr,
+            eps + inflation * v_ii,
+        )
     )
-    out_r, out_i = _unpivot(pivot, out_p, out_q)
-    unit, square = _pow2(k0, dtype), _pow2(2.0 * total, dtype)
-    stats = (mean_r * unit, mean_i * unit, v_rr * square, v_ii * square)
-    return (out_r, out_i), stats + (v_ri * square,)
+    whitened = (w_rr * real + w_ri * imag, w_ri * real + w_ii * imag)
+    # In the data's units; a variance beyond the float range is inf (never
+    # 0 * inf = NaN: the factor 2^(2 total) is applied as two).
+    unit, root = _pow2(k0, dtype), _pow2(total, dtype)
+    stats = (mean_r * unit, mean_i * unit)
+    return whitened, stats + tuple(v * root * root for v in (v_rr, v_ii, v_ri))
+
+
+def _with_derivative_of(value, proxy):
+    """`value` in the forward pass, with the derivative of `proxy`, an
+    expression mathematically equal to it: `proxy - stop_gradient(proxy)`
+    is exactly 0 and carries the derivative."""
+    return ops.stop_gradient(value) + (proxy - ops.stop_gradient(proxy))
+
+
+def _inverse_sqrt(v_rr, v_ii, v_ri, det, e_r, e_i):
+    """Entries `(w_rr, w_ii, w_ri)` of `(C + diag(e_r, e_i))^-1/2`
+    for `C = [[v_rr, v_ri], [v_ri, v_ii]]` of determinant `det` (given, so
+    that it can be computed accurately) and non-negative `e_r, e_i`.
+
+    With `s = sqrt(det')`, `t = sqrt(tr' + 2 s)` of the regularised matrix,
+    the inverse square root is `[[d + s, -b], [-b, a + s]] / (s t)`. Its
+    determinant `det' = det + v_rr e_i + e_r v_ii + e_r e_i` is a sum of
+    non-negative terms: nothing cancels, whatever the correlation.
+    """
+    s = ops.sqrt(det + v_rr * e_i + e_r * v_ii + e_r * e_i)
+    t = ops.sqrt(v_rr + v_ii + e_r + e_i + 2.0 * s)
+    st = s * t
+    return (v_ii + e_i + s) / st, (v_rr + e_r + s) / st, -v_ri / st
 
 
 def whiten(real, imag, v_rr, v_ii, v_ri, epsilon):
@@ -227,26 +240,29 @@ def whiten(real, imag, v_rr, v_ii, v_ri, epsilon):
     `v_rr, v_ii, v_ri` (the moving statistics of batch normalization at
     inference). All arguments broadcast; returns `(real, imag)`.
 
-    The statistics and the data are rescaled by a power of two so that the
-    larger variance (or epsilon) is at most 1, then whitened in the
-    coordinates of `_whiten_scaled`. With no data pass available,
-    `v_perp = v_qq - beta v_ri` is a difference: its relative error is about
-    `eps_mach` times the condition number of the covariance.
+    The statistics are rescaled by a power of two so that the larger
+    variance (or epsilon) is at most 1. With no data pass available, the
+    determinant is `v_pp (v_qq - beta v_pq)` with `p` the part of the
+    larger variance and `beta = v_pq / v_pp`: the difference has a relative
+    error of about `eps_mach` times the condition number of the covariance.
     """
     dtype = keras.backend.standardize_dtype(real.dtype)
     top = ops.maximum(ops.maximum(v_rr, v_ii), epsilon)
     k = ops.ceil(0.5 * ops.log2(ops.stop_gradient(top)))
     k = ops.clip(k, *_EXPONENTS[dtype])
-    unit, square = _pow2(-k, dtype), _pow2(-2.0 * k, dtype)
-    real, imag = real * unit, imag * unit
+    square = _pow2(-2.0 * k, dtype)
     v_rr, v_ii, v_ri = v_rr * square, v_ii * square, v_ri * square
     eps = ops.maximum(epsilon * square, _EPSILON_FLOOR)
-    pivot, p, q, v_pp, v_qq, beta = _pivot(real, imag, v_rr, v_ii, v_ri)
+    pivot = v_rr >= v_ii
+    v_pp = ops.where(pivot, v_rr, v_ii)
+    v_qq = ops.where(pivot, v_ii, v_rr)
+    beta = _safe_ratio(v_ri, v_pp, dtype)
     v_perp = ops.maximum(v_qq - beta * v_ri, 0.0)
-    out_p, out_q = _whiten_scaled(
-        p, q - beta * p, v_pp, v_qq, v_ri, beta, v_perp, eps, eps
+    w_rr, w_ii, w_ri = (
+        w * _pow2(-k, dtype)
+        for w in _inverse_sqrt(v_rr, v_ii, v_ri, v_pp * v_perp, eps, eps)
     )
-    return _unpivot(pivot, out_p, out_q)
+    return w_rr * real + w_ri * imag, w_ri * real + w_ii * imag
 
 
 def _stat_dtype(layer):
@@ -375,12 +391,12 @@ class ComplexLayerNormalization(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        # (..., E) each, in float32 (float64 under a float64 policy).
-        real, imag = cx.split(ops.cast(inputs, _stat_dtype(self)))
+        # In float32 (float64 under a float64 policy).
+        x = ops.cast(inputs, _stat_dtype(self))
         if self.method == "naive":
-            real, imag = self._naive(real, imag)
+            real, imag = self._naive(*cx.split(x))
         else:
-            real, imag = self._whitening(real, imag)
+            real, imag = self._whitening(x)
         return ops.cast(
             ops.concatenate([real, imag], axis=-1), self.compute_dtype
         )
@@ -415,32 +431,35 @@ class ComplexLayerNormalization(keras.layers.Layer):
             parts.append(part)
         return parts
 
-    def _whitening(self, real, imag):
+    def _whitening(self, x):
+        dtype = keras.backend.standardize_dtype(x.dtype)
+        # The scale from the stacked input: one contiguous pass (and not
+        # keepdims: XLA's CPU reductions are slower into an axis of size 1).
+        # expand_dims, not [..., None]: TFLite cannot lower a strided slice
+        # that inserts an axis beside two unknown dimensions.
+        k0 = _exponent(ops.expand_dims(ops.max(ops.abs(x), axis=-1), -1), dtype)
+        real, imag = cx.split(x)
         features = real.shape[-1]
-        dtype = keras.backend.standardize_dtype(real.dtype)
 
-        def mean(tensors):
+        def mean(*tensors):
             return [ops.mean(t, axis=-1, keepdims=True) for t in tensors]
-
-        def exponent(x):
-            return _exponent(ops.max(x, axis=-1, keepdims=True), dtype)
 
         # The reference estimator's variances divide by E - 1: the biased
         # variance inflated by 1 / (E - 1).
         inflation = 1.0 / (features - 1) if self.estimator == "reference" else 0
         (real, imag), _ = _whitening_statistics(
-            real, imag, mean, exponent, self.epsilon, inflation
+            real, imag, mean, k0, self.epsilon, inflation
         )
         if self.scale:
             w0, w1, w2 = (
-                ops.cast(w, real.dtype) for w in (self.w0, self.w1, self.w2)
+                ops.cast(w, dtype) for w in (self.w0, self.w1, self.w2)
             )
             rho = (2.0 * ops.sigmoid(w2) - 1.0) * ops.abs(w0 * w1)
             p, q, r = _sqrt_2x2(w0 * w0, w1 * w1, rho)
             real, imag = p * real + r * imag, r * real + q * imag
         if self.center:
-            real = real + ops.cast(self.bias_real, real.dtype)
-            imag = imag + ops.cast(self.bias_imag, imag.dtype)
+            real = real + ops.cast(self.bias_real, dtype)
+            imag = imag + ops.cast(self.bias_imag, dtype)
         return real, imag
 
     def compute_output_shape(self, input_shape):
@@ -539,7 +558,9 @@ def _global_max(k, dtype):
     low, high = _EXPONENTS[dtype]
     size = int(high - low) + 1
     onehot = ops.one_hot(ops.cast(k - low, "int32"), size, dtype=dtype)
-    present, _ = ops.moments(onehot[None], axes=(0,), synchronized=True)
+    present, _ = ops.moments(
+        ops.expand_dims(onehot, 0), axes=(0,), synchronized=True
+    )
     index = ops.where(present > 0, ops.arange(size, dtype=dtype), -1.0)
     return ops.max(index, axis=-1) + low
 
@@ -647,13 +668,13 @@ class ComplexBatchNormalization(keras.layers.Layer):
 
     def call(self, inputs, training=False, mask=None):
         dtype = _stat_dtype(self)
-        real, imag = cx.split(ops.cast(inputs, dtype))  # (B, ..., E) each
+        x = ops.cast(inputs, dtype)
 
         def weight(variable):
             return ops.cast(variable, dtype)
 
         if training:
-            (real, imag), stats, count = self._batch_whitening(real, imag, mask)
+            (real, imag), stats, count = self._batch_whitening(x, mask)
             moving = (
                 self.moving_mean_real,
                 self.moving_mean_imag,
@@ -669,6 +690,7 @@ class ComplexBatchNormalization(keras.layers.Layer):
                 updated = ops.where(count > 0, updated, old)
                 variable.assign(ops.cast(updated, variable.dtype))
         else:
+            real, imag = cx.split(x)  # (B, ..., E) each
             real = real - weight(self.moving_mean_real)
             imag = imag - weight(self.moving_mean_imag)
             v_rr, v_ii = weight(self.moving_var_rr), weight(self.moving_var_ii)
@@ -686,16 +708,18 @@ class ComplexBatchNormalization(keras.layers.Layer):
             ops.concatenate([real, imag], axis=-1), self.compute_dtype
         )
 
-    def _batch_whitening(self, real, imag, mask):
-        """Whitens by the batch statistics. Returns the whitened `(real,
-        imag)`, the statistics `(mean_r, mean_i, v_rr, v_ii, v_ri)` in the
-        data's units and the (global) fraction of unmasked steps."""
-        dtype = keras.backend.standardize_dtype(real.dtype)
-        axes = tuple(range(len(real.shape) - 1))
+    def _batch_whitening(self, x, mask):
+        """Whitens the stacked `x` by the batch statistics. Returns the
+        whitened `(real, imag)`, the statistics `(mean_r, mean_i, v_rr,
+        v_ii, v_ri)` in the data's units and the number of unmasked steps
+        (with sync, their fraction of the global batch): 0 when there are
+        none."""
+        dtype = keras.backend.standardize_dtype(x.dtype)
+        axes = tuple(range(len(x.shape) - 1))
         sync = self.synchronized and keras.backend.backend() == "tensorflow"
         if mask is None:
             keep = None
-            weights = ops.ones_like(real[..., :1])
+            weights = ops.ones_like(x[..., :1])
         else:
             keep = ops.expand_dims(ops.cast(mask, "bool"), -1)
             weights = ops.cast(keep, dtype)
@@ -704,26 +728,32 @@ class ComplexBatchNormalization(keras.layers.Layer):
             # `where`, not a product: padding may hold inf or NaN.
             return x if keep is None else ops.where(keep, x, 0.0)
 
-        def reduce_mean(x):
+        def reduce_sum(x):
+            # With sync, means over the global batch: mean(w x) / mean(w).
             if sync:
                 return ops.moments(x, axes, synchronized=True)[0]
             return ops.sum(x, axis=axes)
 
-        # With sync, means over the global batch: mean(w x) / mean(w).
-        count = reduce_mean(weights)  # (1,)
+        count = reduce_sum(weights)  # (1,)
         safe = ops.where(count > 0, count, ops.ones_like(count))
 
-        def mean(tensors):
+        def mean(*tensors):
+            if not sync:
+                return [reduce_sum(kept(t)) / safe for t in tensors]
+            # One all-reduce for all of them.
             joined = ops.concatenate([kept(t) for t in tensors], axis=-1)
-            return ops.split(reduce_mean(joined) / safe, len(tensors), -1)
+            return ops.split(reduce_sum(joined) / safe, len(tensors), -1)
 
-        def exponent(x):
-            largest = ops.max(kept(x), axis=axes, initial=0.0)
-            k = _exponent(largest, dtype)
-            return _global_max(k, dtype) if sync else k
-
+        # The scale from the stacked input (one pass), then per feature.
+        top = ops.max(kept(ops.abs(x)), axis=axes, initial=0.0)
+        # (2E,); Keras' torch backend returns a scalar for an empty batch.
+        top = ops.broadcast_to(top, (x.shape[-1],))
+        k0 = _exponent(ops.maximum(*cx.split(top)), dtype)
+        if sync:
+            k0 = _global_max(k0, dtype)
+        real, imag = cx.split(x)  # (B, ..., E) each
         whitened, stats = _whitening_statistics(
-            real, imag, mean, exponent, self.epsilon
+            real, imag, mean, k0, self.epsilon
         )
         return whitened, stats, count
 
