@@ -41,12 +41,34 @@ sys.path.insert(0, WORKERS)
 import common  # noqa: E402
 
 TOLERANCE = 1e-5  # per layer, see the module docstring
+
+# The tests that start worker processes give each worker its own backend
+# (and devices), whatever backend runs pytest: CI runs them once, in its
+# run under the default backend, not again under JAX.
+own_processes = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="its worker processes pick their own backends; run once, under "
+    "the default backend",
+)
 VARIABLE_TOLERANCE = 1e-4  # per variable, see the module docstring
 
 
 def _check(comparison, what):
     assert comparison["per_layer"] < TOLERANCE, (what, comparison)
     assert comparison["per_variable"] < VARIABLE_TOLERANCE, (what, comparison)
+
+
+def _check_each_against(reference, paths, label):
+    """Each worker's saved weights (with their names) against one
+    device's."""
+    single = common.load_weights(reference)
+    for path in paths:
+        weights = common.load_weights(path)
+        with open(str(path) + ".names.json") as f:
+            names = json.load(f)
+        comparison = common.compare(weights, single, names)
+        print(f"{label}, {path.name}: {comparison}")
+        _check(comparison, path.name)
 
 
 TIMEOUT = 300  # seconds, for any one worker process
@@ -329,6 +351,7 @@ def test_train_step_graph_is_xla_compilable_with_static_shapes():
 
 
 @pytest.mark.slow
+@own_processes
 def test_jax_data_and_model_parallel_match_one_device():
     """2 forced host devices: DataParallel and ModelParallel with
     get_layout_map; XLA with steps_per_execution=3 on one device."""
@@ -346,6 +369,7 @@ def test_jax_data_and_model_parallel_match_one_device():
 
 
 @pytest.mark.slow
+@own_processes
 def test_tf_mirrored_strategy_matches_one_device():
     """fit and the custom loop under MirroredStrategy over 2 logical CPU
     devices; fit with jit_compile + steps_per_execution on one device."""
@@ -367,6 +391,7 @@ def test_tf_mirrored_strategy_matches_one_device():
 
 
 @pytest.mark.slow
+@own_processes
 def test_tf_multiworker_resumes_after_a_killed_worker(tmp_path):
     """MultiWorkerMirroredStrategy, 2 workers on 127.0.0.1, the custom loop
     of cvattn_keras.distribution.train: worker 1 dies after step 2 (its
@@ -432,17 +457,11 @@ def test_tf_multiworker_resumes_after_a_killed_worker(tmp_path):
         assert result["replicas"] == 2
         assert result["steps_run"] == 2  # resumed, not restarted
         assert re.search(r"^step 3 loss", output, re.M)
-    single = common.load_weights(reference)
-    for path in out:
-        weights = common.load_weights(path)
-        with open(str(path) + ".names.json") as f:
-            names = json.load(f)
-        comparison = common.compare(weights, single, names)
-        print(f"multiworker, resumed, {path.name}: {comparison}")
-        _check(comparison, path.name)
+    _check_each_against(reference, out, "multiworker, resumed")
 
 
 @pytest.mark.slow
+@own_processes
 def test_tf_multiworker_rejects_a_bad_tf_config(tmp_path):
     process = _start(
         "tf_multiworker.py",
@@ -459,6 +478,7 @@ def test_tf_multiworker_rejects_a_bad_tf_config(tmp_path):
 
 
 @pytest.mark.slow
+@own_processes
 def test_jax_multiprocess_data_parallel_matches_one_device(tmp_path):
     """keras.distribution.initialize with 2 processes on 127.0.0.1 and
     DataParallel across them (one CPU device each)."""
@@ -472,17 +492,11 @@ def test_jax_multiprocess_data_parallel_matches_one_device(tmp_path):
     for code, output in results:
         assert code == 0, output[-4000:]
     assert [_result(o)["devices"] for _, o in results] == [2, 2, 1]
-    single = common.load_weights(reference)
-    for path in out:
-        weights = common.load_weights(path)
-        with open(str(path) + ".names.json") as f:
-            names = json.load(f)
-        comparison = common.compare(weights, single, names)
-        print(f"jax multiprocess, {path.name}: {comparison}")
-        _check(comparison, path.name)
+    _check_each_against(reference, out, "jax multiprocess")
 
 
 @pytest.mark.slow
+@own_processes
 def test_model_parallel_attention_communicates_like_a_real_one():
     """Compiled HLO on 2 forced host devices: ComplexMultiHeadAttention
     with get_layout_map needs the collectives of keras' MultiHeadAttention
@@ -498,6 +512,8 @@ def test_model_parallel_attention_communicates_like_a_real_one():
         assert complex_row["all-reduce"] == real_row["all-reduce"]
 
 
+@pytest.mark.slow
+@own_processes
 def test_model_parallel_complex_dense_communicates_like_a_real_one():
     """ComplexDense 64->128 against a real Dense 128->256 on 2 forced host
     devices. With the input axis of kernel_real/kernel_imag sharded (row
@@ -562,6 +578,7 @@ def _ap(output):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy, replicas", [("mirrored", 2)])
+@own_processes
 def test_example_smoke_prints_batches_throughput_and_ap(strategy, replicas):
     code, output = _example("--strategy", strategy, "--smoke")
     assert code == 0, output[-4000:]
@@ -580,6 +597,7 @@ def test_example_smoke_prints_batches_throughput_and_ap(strategy, replicas):
 
 
 @pytest.mark.slow
+@own_processes
 def test_example_rejects_a_bad_tf_config():
     code, output = _example(
         "--strategy", "multiworker", "--smoke", TF_CONFIG='{"task": 1}'

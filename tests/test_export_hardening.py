@@ -18,7 +18,10 @@ import pytest
 import cvattn_keras as cvk
 from cvattn_keras.export import __main__ as cli
 
-pytestmark = pytest.mark.slow
+# These test the exporter itself, which runs on TensorFlow: under another
+# backend export_tflite hands the same work to a TensorFlow subprocess,
+# which tests/test_export_backends.py tests.
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow_only]
 
 FLOAT32_TOLERANCE = 1e-5  # as tests/test_export.py: float32 kernels
 
