@@ -1,4 +1,4 @@
-"""ComplexDense: a complex affine map computed as one real matmul."""
+"""ComplexDense: a complex affine map computed as one real contraction."""
 
 import keras
 from keras import ops
@@ -17,8 +17,11 @@ class ComplexDense(keras.layers.Layer):
     Computes `y = x W + b` with the complex kernel `W = kernel_real + i
     kernel_imag` and complex bias `b = bias_real + i bias_imag`. Inputs and
     outputs are stacked: `in_features` complex features are `2 * in_features`
-    real channels on the last axis, the real parts first. The product is one
-    real matmul against the block kernel `[[W_r, W_i], [-W_i, W_r]]`.
+    real channels on the last axis, the real parts first. The product is the
+    real matmul against the block kernel `[[W_r, W_i], [-W_i, W_r]]`, done as
+    one contraction of the input planes `(..., 2, in)` with the kernel
+    stacked `(2, in, 2, units)` (the same FLOPs; shardable by
+    `cvattn_keras.distribution.get_layout_map`).
 
     Porting the reference PyTorch `ComplexLinear` (two `nn.Linear`, weights
     `W_r`, `W_i` stored `[out, in]`, biases `b_r`, `b_i`): set
