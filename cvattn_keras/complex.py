@@ -317,7 +317,8 @@ def _divide(x, y):
     broadcast divisor through its reciprocal, which flushes to 0 above
     8.5e37 in float32: above 1, divide a quarter by a quarter (exact powers
     of two) instead."""
-    quarter = ops.where(y > 1.0, 0.25, 1.0)
+    one = ops.ones_like(y)  # in y's dtype (Python floats would be float32)
+    quarter = ops.where(y > 1.0, 0.25 * one, one)
     return (x * quarter) / (y * quarter)
 
 

@@ -193,3 +193,12 @@ def compiled(fn):
 
         return jax.jit(fn)
     return None
+
+
+def has_float64():
+    """Whether the backend computes in float64 (JAX only with x64 on)."""
+    if keras.backend.backend() != "jax":
+        return True
+    import jax
+
+    return bool(jax.config.jax_enable_x64)

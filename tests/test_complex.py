@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 from backend_utils import gradient
+from backend_utils import has_float64
 from backend_utils import to_numpy
 from keras import ops
 
@@ -224,3 +225,27 @@ def test_arithmetic_accepts_lists_and_numpy(fn, expected):
     z = [3, 1, 4, 0]  # 3 + 4i, 1: ints, as a user would type them
     for x in (z, tuple(z), np.array(z, "float32")):
         np.testing.assert_allclose(to_numpy(fn(x)), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_modulus_and_sign_in_float64(scaled):
+    """float64 in, float64 out, at float64 precision (the float32-only
+    constants of the scaled division once broke this)."""
+    if not has_float64():
+        pytest.skip("JAX without jax_enable_x64 has no float64")
+    z = np.array([[3 + 4j, 1e-200 - 2e-200j, 0, 7e150 + 1e150j]])
+    x = ops.convert_to_tensor(cvk.to_stacked(z, "float64"), "float64")
+    magnitude, phase = cx.modulus_and_sign(x, scaled=scaled)
+    assert keras.backend.standardize_dtype(magnitude.dtype) == "float64"
+    assert keras.backend.standardize_dtype(phase.dtype) == "float64"
+    if scaled:  # the plain form squares: 1e-200 and 7e150 leave the range
+        expected = np.abs(z)
+        np.testing.assert_allclose(to_numpy(magnitude), expected, rtol=1e-15)
+        sign = np.where(
+            expected > 0, z / np.where(expected > 0, expected, 1), 0
+        )
+        np.testing.assert_allclose(
+            cvk.from_stacked(to_numpy(phase), "complex128"), sign, atol=1e-15
+        )
+    else:
+        np.testing.assert_allclose(to_numpy(magnitude)[0, 0], 5.0, rtol=1e-15)

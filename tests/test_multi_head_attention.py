@@ -10,6 +10,7 @@ import numpy_reference as ref
 import pytest
 from backend_utils import compiled
 from backend_utils import gradients
+from backend_utils import has_float64
 from backend_utils import to_numpy
 
 import cvattn_keras as cvk
@@ -733,3 +734,22 @@ def test_bfloat16_attention_matmuls(rng, softmax, product, value_dim):
     if softmax == "real" and value_dim is None:
         fused = _dot_general_dtypes(lambda a, b: layer(a, b), q, v)
         assert fused == keras_counts
+
+
+@pytest.mark.parametrize("softmax", ["real", "abs", "absonly", "naive"])
+def test_every_variant_under_a_float64_policy(softmax, rng):
+    """A float64 policy computes in float64 end to end (moduli and phases
+    included) and agrees with float32 to float32 precision."""
+    if not has_float64():
+        pytest.skip("JAX without jax_enable_x64 has no float64")
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 5, 3)))
+    mask = np.tril(np.ones((5, 5), bool))[None]
+    layer32 = ComplexMultiHeadAttention(2, 2, softmax=softmax)
+    y32 = layer32(x, x, attention_mask=mask)
+    layer64 = ComplexMultiHeadAttention(2, 2, softmax=softmax, dtype="float64")
+    layer64(x, x)
+    layer64.set_weights(layer32.get_weights())
+    y64 = layer64(x.astype("float64"), x.astype("float64"), attention_mask=mask)
+    assert keras.backend.standardize_dtype(y64.dtype) == "float64"
+    # float32 rounding of the 32-bit layer, amplified by APAtt's phase.
+    np.testing.assert_allclose(to_numpy(y64), to_numpy(y32), atol=1e-5)

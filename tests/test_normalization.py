@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import numpy_reference as ref
 import pytest
+from backend_utils import has_float64
 from backend_utils import to_numpy
 from backend_utils import value_and_gradients
 
@@ -47,14 +48,6 @@ FIXTURES = [
 def test_layer_norm_reproduces_the_reference_fixtures(z, expected):
     y = ComplexLayerNormalization()(cvk.to_stacked(np.array([z])))
     np.testing.assert_allclose(cvk.from_stacked(y)[0], expected, atol=1.5e-5)
-
-
-def _has_float64():
-    if keras.backend.backend() != "jax":
-        return True
-    import jax
-
-    return bool(jax.config.jax_enable_x64)
 
 
 def _random_weights(layer, rng):
@@ -279,7 +272,7 @@ def test_improper_features_at_large_scale_stay_finite(rng, scale):
 
 @pytest.mark.parametrize("policy", ["bfloat16", "float16", "float64"])
 def test_norms_under_plain_policies(rng, policy):
-    if policy == "float64" and not _has_float64():
+    if policy == "float64" and not has_float64():
         pytest.skip("JAX without jax_enable_x64 has no float64")
     x = cvk.to_stacked(ref.random_complex(rng, (2, 3, 4)))
     for layer in (
