@@ -1,4 +1,5 @@
-"""Small models shared by tests: every building block in one graph."""
+"""Small models and layers shared by tests: every building block in one
+graph, the norms by name."""
 
 import keras
 
@@ -40,3 +41,21 @@ def all_blocks_inputs(rng):
     ]
     inputs[1][0, 3:] = 0  # padding
     return inputs
+
+
+# The complex norms by the names `numpy_reference.norm_at_init` takes.
+NORMS = ["batch", "layer", "layer-biased", "naive", "rms"]
+
+
+def norm_layer(name):
+    """A fresh norm layer of this library by name (see `NORMS`)."""
+    layers = cvk.layers
+    return {
+        "batch": lambda: layers.ComplexBatchNormalization(),
+        "layer": lambda: layers.ComplexLayerNormalization(),
+        "layer-biased": lambda: layers.ComplexLayerNormalization(
+            estimator="biased"
+        ),
+        "naive": lambda: layers.ComplexLayerNormalization(method="naive"),
+        "rms": lambda: layers.ComplexRMSNormalization(),
+    }[name]()

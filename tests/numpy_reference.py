@@ -202,3 +202,20 @@ def improper(rng, shape, correlation, noise, scale=1.0, offset=0.0):
     re = rng.standard_normal(shape)
     im = correlation * re + noise * rng.standard_normal(shape)
     return (re + 1j * im) * scale + offset
+
+
+def norm_at_init(name, z):
+    """The complex norms of this library at their initial parameters, in
+    float64: `name` is "batch", "layer" (the reference estimator),
+    "layer-biased", "naive" or "rms" (epsilons at the layers' defaults)."""
+    if name == "batch":
+        return whiten(z, (0, 1), 1e-5)[0] / np.sqrt(2)
+    if name == "layer":
+        return whiten(z, (-1,), 1e-5, 1)[0]
+    if name == "layer-biased":
+        return whiten(z, (-1,), 1e-5)[0]
+    if name == "naive":
+        ones, zeros = np.ones(z.shape[-1]), np.zeros(z.shape[-1])
+        return naive_layer_norm(z, ones, ones, zeros, zeros, 1e-5)
+    power = (np.abs(z) ** 2).mean(-1, keepdims=True)
+    return z / np.sqrt(power + 1e-6)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import keras
+import models
 import numpy as np
 import numpy_reference as ref
 import pytest
@@ -360,35 +361,7 @@ def test_layer_norm_keeps_symmetric_tokens_symmetric(rng):
     np.testing.assert_allclose(y[:, :8], -y[:, 8:], rtol=0, atol=tolerance)
 
 
-def _norm_reference(name, z):
-    """float64 references at the layers' initial parameters."""
-    if name == "batch":
-        return ref.whiten(z, (0, 1), 1e-5)[0] / np.sqrt(2)
-    if name == "layer":
-        return ref.whiten(z, (-1,), 1e-5, 1)[0]
-    if name == "layer-biased":
-        return ref.whiten(z, (-1,), 1e-5)[0]
-    if name == "naive":
-        ones, zeros = np.ones(z.shape[-1]), np.zeros(z.shape[-1])
-        return ref.naive_layer_norm(z, ones, ones, zeros, zeros, 1e-5)
-    power = (np.abs(z) ** 2).mean(-1, keepdims=True)
-    return z / np.sqrt(power + 1e-6)
-
-
-def _norm_layer(name):
-    return {
-        "batch": lambda: ComplexBatchNormalization(),
-        "layer": lambda: ComplexLayerNormalization(),
-        "layer-biased": lambda: ComplexLayerNormalization(estimator="biased"),
-        "naive": lambda: ComplexLayerNormalization(method="naive"),
-        "rms": lambda: ComplexRMSNormalization(),
-    }[name]()
-
-
-NORMS = ["batch", "layer", "layer-biased", "naive", "rms"]
-
-
-@pytest.mark.parametrize("name", NORMS)
+@pytest.mark.parametrize("name", models.NORMS)
 @pytest.mark.parametrize("scale", [1e-30, 1e-3, 4e9, 1e10, 1e20, 1e30])
 def test_norms_are_scale_invariant_up_to_the_float_range(rng, name, scale):
     """Issue 11, item 3: the whitening norms gave NaN outputs and gradients
@@ -398,11 +371,11 @@ def test_norms_are_scale_invariant_up_to_the_float_range(rng, name, scale):
     samples, on well-conditioned features."""
     z = ref.random_complex(rng, (4, 6, 8), scale) + 0.5 * scale
     x = cvk.to_stacked(z)
-    layer = _norm_layer(name)
+    layer = models.norm_layer(name)
     kwargs = {"training": True} if name == "batch" else {}
     layer(x, **kwargs)
     y, grad, grad_vars = value_and_gradients(layer, x, layer=layer, **kwargs)
-    want = _norm_reference(name, cvk.from_stacked(x, "complex128"))
+    want = ref.norm_at_init(name, cvk.from_stacked(x, "complex128"))
     size = np.abs(want).max()
     np.testing.assert_allclose(
         cvk.from_stacked(y, "complex128"), want, rtol=0, atol=1e-5 * size
@@ -411,10 +384,10 @@ def test_norms_are_scale_invariant_up_to_the_float_range(rng, name, scale):
     assert all(np.all(np.isfinite(g)) for g in grad_vars)
 
 
-@pytest.mark.parametrize("name", NORMS)
+@pytest.mark.parametrize("name", models.NORMS)
 def test_norms_of_zero_input_are_finite(name):
     x = np.zeros((2, 3, 8), "float32")
-    layer = _norm_layer(name)
+    layer = models.norm_layer(name)
     kwargs = {"training": True} if name == "batch" else {}
     layer(x, **kwargs)
     y, grad, grad_vars = value_and_gradients(layer, x, layer=layer, **kwargs)

@@ -9,6 +9,7 @@ that CI stays fast and deterministic.
 
 import math
 
+import models
 import numpy as np
 import numpy_reference as ref
 import pytest
@@ -133,32 +134,9 @@ def test_whitening_error_is_bounded_by_the_condition_number(
     )
 
 
-def _reference(name, z):
-    if name == "batch":
-        return ref.whiten(z, (0, 1), 1e-5)[0] / math.sqrt(2)
-    if name in ("layer", "layer-biased"):
-        return ref.whiten(z, (-1,), 1e-5, 1 if name == "layer" else 0)[0]
-    if name == "naive":
-        ones, zeros = np.ones(z.shape[-1]), np.zeros(z.shape[-1])
-        return ref.naive_layer_norm(z, ones, ones, zeros, zeros, 1e-5)
-    return z / np.sqrt((np.abs(z) ** 2).mean(-1, keepdims=True) + 1e-6)
-
-
-def _layer(name):
-    if name == "batch":
-        return ComplexBatchNormalization()
-    if name == "layer":
-        return ComplexLayerNormalization()
-    if name == "layer-biased":
-        return ComplexLayerNormalization(estimator="biased")
-    if name == "naive":
-        return ComplexLayerNormalization(method="naive")
-    return ComplexRMSNormalization()
-
-
 @_settings(15)
 @given(
-    name=st.sampled_from(["batch", "layer", "layer-biased", "naive", "rms"]),
+    name=st.sampled_from(models.NORMS),
     exponent=st.integers(-36, 36),
     seed=st.integers(0, 2**16),
 )
@@ -169,11 +147,11 @@ def test_every_norm_is_scale_invariant(name, exponent, seed):
     scale = 10.0**exponent
     z = ref.random_complex(rng, (3, 4, 6), scale) + 0.25 * scale
     x = cvk.to_stacked(z)
-    layer = _layer(name)
+    layer = models.norm_layer(name)
     kwargs = {"training": True} if name == "batch" else {}
     layer(x, **kwargs)
     y, grad, grad_vars = value_and_gradients(layer, x, layer=layer, **kwargs)
-    want = _reference(name, cvk.from_stacked(x, "complex128"))
+    want = ref.norm_at_init(name, cvk.from_stacked(x, "complex128"))
     size = np.abs(want).max()
     # 1e-5 of the output's size: float32 statistics of 24-72 samples.
     np.testing.assert_allclose(
