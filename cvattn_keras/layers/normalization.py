@@ -9,6 +9,9 @@ normalizes it by the inverse square root of its 2x2 covariance
 so that real and imaginary parts come out decorrelated with equal variance,
 then applies a learnable 2x2 scale and a complex bias (Trabelsi et al., "Deep
 Complex Networks", 2018; Eilers & Jiang, 2023, §3.3).
+`ComplexBatchNormalization(convention="reference")` follows the reference
+code's batch norm instead: the scale is applied before the whitening, and
+the moving statistic is the inverse square root itself.
 
 For a symmetric positive definite 2x2 matrix M, with s = sqrt(det M) and
 t = sqrt(tr M + 2 s):
@@ -61,6 +64,15 @@ def _sqrt_2x2(a, d, b):
     s = ops.sqrt(ops.maximum(a * d - b * b, 0.0) + 1e-12)
     t = ops.sqrt(a + d + 2.0 * s)
     return (a + s) / t, (d + s) / t, b / t
+
+
+def _scale_sqrt(w0, w1, w2):
+    """Entries `(p, q, r)` of `sqrtm(Gamma)`, the learnable scale of the
+    reference's norms: `Gamma = [[w0^2, rho], [rho, w1^2]]` with
+    `rho = (2 sigmoid(w2) - 1) |w0 w1|`, positive semi-definite for any
+    `(w0, w1, w2)`."""
+    rho = (2.0 * ops.sigmoid(w2) - 1.0) * ops.abs(w0 * w1)
+    return _sqrt_2x2(w0 * w0, w1 * w1, rho)
 
 
 # --------------------------------------------------------------------------
@@ -124,7 +136,9 @@ def _safe_ratio(numerator, divisor, dtype):
     return ops.where(nonzero, (numerator * unit) / (safe * unit), 0.0)
 
 
-def _whitening_statistics(real, imag, mean, k0, epsilon, inflation=0.0):
+def _whitening_statistics(
+    real, imag, mean, k0, epsilon, inflation=0.0, scale=None, inverse=False
+):
     """Whitens `(real, imag)` by its own covariance, scale-invariantly.
 
     Args:
@@ -138,11 +152,22 @@ def _whitening_statistics(real, imag, mean, k0, epsilon, inflation=0.0):
         epsilon: added to both variances (in the data's units).
         inflation: each variance is also inflated by `inflation` times
             itself (`1 / (E - 1)` turns a biased variance into the
-            unbiased one of the reference estimator).
+            unbiased one of the reference estimator); a float or a tensor
+            broadcastable against the statistics.
+        scale: optional entries `(p, q, r)` of a symmetric 2x2 matrix
+            `S = [[p, r], [r, q]]` (per feature) applied to the centred
+            data before the whitening: the result is then
+            `C^-1/2 S (x - mean)`, the order of the reference's batch norm
+            (one 2x2 product `C^-1/2 S` per feature, then one pass over the
+            data).
+        inverse: whether to also return the entries of `C^-1/2`.
 
     Returns:
         `(real, imag)` whitened, and the statistics in the data's units
-        `(mean_r, mean_i, v_rr, v_ii, v_ri)` (biased).
+        `(mean_r, mean_i, v_rr, v_ii, v_ri)` (biased), followed, with
+        `inverse=True`, by `(w_rr, w_ii, w_ri)`, the entries of the inverse
+        square root `(C + diag(e_r, e_i))^-1/2` (with the inflation and
+        epsilon) in the data's units.
 
     One power-of-two scale `2^k0`, from the largest |x|, brings the data
     into [-1, 1] before any square. A second one, `2^k1`, from the larger
@@ -204,12 +229,26 @@ def _whitening_statistics(real, imag, mean, k0, epsilon, inflation=0.0):
             eps + inflation * v_ii,
         )
     )
-    whitened = (w_rr * real + w_ri * imag, w_ri * real + w_ii * imag)
+    if scale is None:
+        whitened = (w_rr * real + w_ri * imag, w_ri * real + w_ii * imag)
+    else:
+        # M = C^-1/2 S per feature, then M (x - mean).
+        p, q, r = scale
+        m_rr, m_ri = w_rr * p + w_ri * r, w_rr * r + w_ri * q
+        m_ir, m_ii = w_ri * p + w_ii * r, w_ri * r + w_ii * q
+        whitened = (m_rr * real + m_ri * imag, m_ir * real + m_ii * imag)
     # In the data's units; a variance beyond the float range is inf (never
     # 0 * inf = NaN: the factor 2^(2 total) is applied as two).
     unit, root = _pow2(k0, dtype), _pow2(total, dtype)
     stats = (mean_r * unit, mean_i * unit)
-    return whitened, stats + tuple(v * root * root for v in (v_rr, v_ii, v_ri))
+    stats += tuple(v * root * root for v in (v_rr, v_ii, v_ri))
+    if inverse:
+        # w maps data scaled by 2^-k0: in the data's units, w 2^-k0 (at
+        # most 1 / sqrt(epsilon), so representable for any epsilon above
+        # about 1e-76 in float32).
+        down = _pow2(-k0, dtype)
+        stats += tuple(w * down for w in (w_rr, w_ii, w_ri))
+    return whitened, stats
 
 
 def _with_derivative_of(value, proxy):
@@ -454,8 +493,7 @@ class ComplexLayerNormalization(keras.layers.Layer):
             w0, w1, w2 = (
                 ops.cast(w, dtype) for w in (self.w0, self.w1, self.w2)
             )
-            rho = (2.0 * ops.sigmoid(w2) - 1.0) * ops.abs(w0 * w1)
-            p, q, r = _sqrt_2x2(w0 * w0, w1 * w1, rho)
+            p, q, r = _scale_sqrt(w0, w1, w2)
             real, imag = p * real + r * imag, r * real + q * imag
         if self.center:
             real = real + ops.cast(self.bias_real, dtype)
@@ -567,27 +605,75 @@ def _global_max(k, dtype):
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
 class ComplexBatchNormalization(keras.layers.Layer):
-    """Complex batch normalization by 2x2 whitening (Trabelsi et al., 2018).
+    """Complex batch normalization by 2x2 whitening, in two conventions.
 
     Statistics per complex feature over every axis but the last (batch and
-    length): the complex mean and the covariance of (Re, Im), biased. In
-    training they whiten the batch and update moving averages
+    length). In training the batch statistics whiten the batch and update
+    moving averages in Keras' sense
     (`moving = momentum * moving + (1 - momentum) * batch`); at inference
     the moving statistics are used, so the layer works before any training
-    step (initial moving covariance `I / 2`, the covariance of a standard
-    complex normal). Then `y = G C^-1/2 (z - mean) + beta` with
+    step.
+
+    `convention="trabelsi"` (default; Trabelsi et al., "Deep Complex
+    Networks", 2018): `y = G C^-1/2 (z - mean) + beta` with the biased
+    covariance `C` of (Re, Im) plus `epsilon` on both variances. Variables:
+    `moving_mean_real`, `moving_mean_imag`, and the moving covariance
+    `moving_var_rr`, `moving_var_ii`, `moving_cov_ri` (initially `I / 2`,
+    the covariance of a standard complex normal), non-trainable; the scale
     `G = [[gamma_rr, gamma_ri], [gamma_ri, gamma_ii]]` initialised
-    `I / sqrt(2)` (output complex variance 1) and a complex `beta`.
+    `I / sqrt(2)` (output complex variance 1) and the complex
+    `beta_real`, `beta_imag`. Inference whitens by
+    `(C_moving + epsilon I)^-1/2`.
+
+    `convention="reference"`: the reference implementation's
+    `Complex_BatchNorm1d` (Eilers & Jiang's code), so that its checkpoints
+    load and behave the same. Variances unbiased (divisor `N - 1`, `N` the
+    number of unmasked samples) plus `epsilon` (the reference adds 1e-9:
+    pass `epsilon=1e-9`), the covariance biased (divisor `N`);
+    `R = C^-1/2`, and
+
+        y = R sqrtm(Gamma) (z - mean) + bias,
+
+    in this order (the 2x2 product `R sqrtm(Gamma)` is applied to the
+    centred data), with `Gamma = [[w0^2, rho], [rho, w1^2]]`,
+    `rho = (2 sigmoid(w2) - 1) |w0 w1|` as in `ComplexLayerNormalization`.
+    The moving statistics are the mean and `R` itself, the inverse square
+    root (as the reference stores them), a full 2x2 per feature; inference
+    computes `y = R_moving sqrtm(Gamma) (z - moving_mean) + bias` with no
+    epsilon (R is already inverted). Variables: trainable `w0`, `w1`, `w2`
+    (initialised 1, 1, 0: Gamma = I), `bias_real`, `bias_imag` (zeros);
+    non-trainable `moving_mean_real`, `moving_mean_imag` (zeros) and
+    `moving_whitening_rr`, `moving_whitening_ri`, `moving_whitening_ir`,
+    `moving_whitening_ii` (initially the identity, the reference's
+    placeholder), meaning `R = [[rr, ri], [ir, ii]]`:
+    `y_r = rr a + ri b`, `y_i = ir a + ii b` for `(a, b)` the real and
+    imaginary parts it is applied to. The reference's momentum 0.5 is the
+    same in either sense: pass `momentum=0.5`. Known differences from the
+    reference, on purpose: (1) it skips the layer in training when the batch
+    size is 1 (returns its input); here a batch of one sample is normalized
+    over its length like any other; (2) its first training step stores the
+    batch statistics without averaging; here every step averages with the
+    moving statistics (initially zero mean and identity `R`); (3) a batch
+    with fewer than 2 unmasked samples has no unbiased variance (the
+    reference gives NaN): here its variances are the biased ones (0) plus
+    epsilon, its output is the bias (its centred data are 0), and the moving
+    statistics stay unchanged; (4) the statistics are computed
+    scale-invariantly (below), where the reference's overflow or lose
+    precision for improper features; (5) `sqrtm(Gamma)` of a singular Gamma
+    (`|w2|` large) uses a floor of 1e-12 on its determinant, as in
+    `ComplexLayerNormalization`.
 
     `epsilon` is added to both variances; the reference uses 1e-9. Steps
     masked by Keras masking (or `mask`) are left out of the statistics; a
     training batch with no unmasked step (or an empty batch, B = 0) leaves
-    the moving statistics unchanged.
+    the moving statistics unchanged. The training statistics are computed on
+    data rescaled by powers of two, with an accurate (pivoted) determinant:
+    the training outputs are scale-invariant over the whole float range.
 
     The moving statistics are stored in the variables' dtype (float32), so
-    at inference the covariance of inputs above about 1e19 is not
-    representable; the training outputs are scale-invariant over the whole
-    float range.
+    at inference the Trabelsi covariance of inputs above about 1e19 is not
+    representable; the reference convention's `R`, about 1 / scale, is
+    (down to about 1e-38, inputs up to about 1e38).
 
     `synchronized=True`, as in `keras.layers.BatchNormalization`: under a
     `tf.distribute` strategy the batch mean and 2x2 covariance (and the
@@ -598,13 +684,21 @@ class ComplexBatchNormalization(keras.layers.Layer):
     a strategy, and on JAX and PyTorch: under `keras.distribution` (JAX)
     arrays are global, so the statistics already are (Keras' own batch
     norm says the same); a model saved with it loads on every backend.
+    With the reference convention, the `N` of the unbiased correction is
+    then the mean over replicas of their numbers of unmasked samples (the
+    number of replicas is not visible to `keras.ops`): with `K` replicas of
+    equal batches the variances are `n / (n - 1)` times the biased ones,
+    `n = N_global / K`, instead of `N_global / (N_global - 1)`, a relative
+    difference of about `(K - 1) / N_global`.
 
     Args:
         momentum: float in [0, 1). Defaults to `0.99`.
         epsilon: positive float. Defaults to `1e-5`.
-        center, scale: whether to use `beta` and `G`. Default `True`.
+        center, scale: whether to use the bias (`beta` / `bias`) and the
+            scale (`G` / `Gamma`). Default `True`.
         synchronized: whether to reduce the batch statistics over the
             replicas of a `tf.distribute` strategy. Defaults to `False`.
+        convention: `"trabelsi"` (default) or `"reference"`, above.
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -613,6 +707,8 @@ class ComplexBatchNormalization(keras.layers.Layer):
         mask: optional boolean `(B, ...)`, False for padded steps.
     """
 
+    CONVENTIONS = ("trabelsi", "reference")
+
     def __init__(
         self,
         momentum=0.99,
@@ -620,6 +716,7 @@ class ComplexBatchNormalization(keras.layers.Layer):
         center=True,
         scale=True,
         synchronized=False,
+        convention="trabelsi",
         **kwargs,
     ):
         momentum = check.rate(momentum, "momentum")
@@ -629,8 +726,16 @@ class ComplexBatchNormalization(keras.layers.Layer):
                 "`synchronized` must be True or False. "
                 f"Received: synchronized={synchronized!r}"
             )
+        if not isinstance(convention, str) or (
+            convention not in self.CONVENTIONS
+        ):
+            raise ValueError(
+                f"`convention` must be one of {list(self.CONVENTIONS)}. "
+                f"Received: convention={convention!r}"
+            )
         super().__init__(**kwargs)
         self.synchronized = synchronized
+        self.convention = convention
         self.supports_masking = True
         self.autocast = False
         self.momentum = float(momentum)
@@ -651,6 +756,9 @@ class ComplexBatchNormalization(keras.layers.Layer):
                 autocast=False,
             )
 
+        if self.convention == "reference":
+            self._build_reference(weight)
+            return
         half = keras.initializers.Constant(0.5)
         self.moving_mean_real = weight("moving_mean_real", "zeros", False)
         self.moving_mean_imag = weight("moving_mean_imag", "zeros", False)
@@ -666,6 +774,25 @@ class ComplexBatchNormalization(keras.layers.Layer):
             self.beta_real = weight("beta_real", "zeros")
             self.beta_imag = weight("beta_imag", "zeros")
 
+    def _build_reference(self, weight):
+        self.moving_mean_real = weight("moving_mean_real", "zeros", False)
+        self.moving_mean_imag = weight("moving_mean_imag", "zeros", False)
+        for name, init in (
+            ("rr", "ones"),
+            ("ri", "zeros"),
+            ("ir", "zeros"),
+            ("ii", "ones"),
+        ):
+            name = f"moving_whitening_{name}"
+            setattr(self, name, weight(name, init, False))
+        if self.scale:
+            self.w0 = weight("w0", "ones")
+            self.w1 = weight("w1", "ones")
+            self.w2 = weight("w2", "zeros")
+        if self.center:
+            self.bias_real = weight("bias_real", "zeros")
+            self.bias_imag = weight("bias_imag", "zeros")
+
     def call(self, inputs, training=False, mask=None):
         dtype = _stat_dtype(self)
         x = ops.cast(inputs, dtype)
@@ -673,6 +800,11 @@ class ComplexBatchNormalization(keras.layers.Layer):
         def weight(variable):
             return ops.cast(variable, dtype)
 
+        if self.convention == "reference":
+            real, imag = self._reference(x, training, mask)
+            return ops.cast(
+                ops.concatenate([real, imag], axis=-1), self.compute_dtype
+            )
         if training:
             (real, imag), stats, count = self._batch_whitening(x, mask)
             moving = (
@@ -708,12 +840,71 @@ class ComplexBatchNormalization(keras.layers.Layer):
             ops.concatenate([real, imag], axis=-1), self.compute_dtype
         )
 
+    def _scale_matrix(self, dtype):
+        """`sqrtm(Gamma)` entries `(p, q, r)` (reference convention)."""
+        w0, w1, w2 = (ops.cast(w, dtype) for w in (self.w0, self.w1, self.w2))
+        return _scale_sqrt(w0, w1, w2)
+
+    def _reference(self, x, training, mask):
+        """The reference convention: `(real, imag)` of the output."""
+        dtype = keras.backend.standardize_dtype(x.dtype)
+
+        def weight(variable):
+            return ops.cast(variable, dtype)
+
+        moving = (
+            self.moving_mean_real,
+            self.moving_mean_imag,
+            self.moving_whitening_rr,
+            self.moving_whitening_ri,
+            self.moving_whitening_ir,
+            self.moving_whitening_ii,
+        )
+        if training:
+            (real, imag), stats, number = self._batch_whitening(x, mask)
+            mean_r, mean_i, _, _, _, w_rr, w_ii, w_ri = stats
+            # The batch's R is symmetric: ri = ir.
+            batch = (mean_r, mean_i, w_rr, w_ri, w_ri, w_ii)
+            for variable, value in zip(moving, batch):
+                old = weight(variable)
+                updated = self.momentum * old + (1.0 - self.momentum) * value
+                # Fewer than 2 unmasked samples: no unbiased variance, the
+                # moving statistics stay as they are.
+                updated = ops.where(number > 1, updated, old)
+                variable.assign(ops.cast(updated, variable.dtype))
+        else:
+            real, imag = cx.split(x)  # (B, ..., E) each
+            real = real - weight(self.moving_mean_real)
+            imag = imag - weight(self.moving_mean_imag)
+            rr, ri, ir, ii = (weight(v) for v in moving[2:])
+            if self.scale:
+                # The reference's product R sqrtm(Gamma) per feature, then
+                # one 2x2 product over the data.
+                p, q, r = self._scale_matrix(dtype)
+                rr, ri, ir, ii = (
+                    rr * p + ri * r,
+                    rr * r + ri * q,
+                    ir * p + ii * r,
+                    ir * r + ii * q,
+                )
+            real, imag = rr * real + ri * imag, ir * real + ii * imag
+        if self.center:
+            real = real + weight(self.bias_real)
+            imag = imag + weight(self.bias_imag)
+        return real, imag
+
     def _batch_whitening(self, x, mask):
         """Whitens the stacked `x` by the batch statistics. Returns the
         whitened `(real, imag)`, the statistics `(mean_r, mean_i, v_rr,
         v_ii, v_ri)` in the data's units and the number of unmasked steps
         (with sync, their fraction of the global batch): 0 when there are
-        none."""
+        none.
+
+        With the reference convention, the output is `R sqrtm(Gamma) (x -
+        mean)`, the statistics are followed by the entries `(w_rr, w_ii,
+        w_ri)` of `R` in the data's units, and the number is `N`, the
+        number of unmasked samples (with sync, its mean over the
+        replicas)."""
         dtype = keras.backend.standardize_dtype(x.dtype)
         axes = tuple(range(len(x.shape) - 1))
         sync = self.synchronized and keras.backend.backend() == "tensorflow"
@@ -752,10 +943,35 @@ class ComplexBatchNormalization(keras.layers.Layer):
         if sync:
             k0 = _global_max(k0, dtype)
         real, imag = cx.split(x)  # (B, ..., E) each
-        whitened, stats = _whitening_statistics(
-            real, imag, mean, k0, self.epsilon
+        if self.convention != "reference":
+            whitened, stats = _whitening_statistics(
+                real, imag, mean, k0, self.epsilon
+            )
+            return whitened, stats, count
+        number = count
+        if sync:
+            # The mean over replicas of their numbers of unmasked samples:
+            # one number per replica, all-reduced.
+            local = ops.expand_dims(ops.sum(weights, axis=axes), 0)
+            number = ops.moments(local, (0,), synchronized=True)[0]
+        # Unbiased variances: the biased ones inflated by 1 / (N - 1);
+        # N < 2 has none (the centred data are 0): no inflation.
+        several = number > 1
+        inflation = ops.where(
+            several, 1.0 / ops.where(several, number - 1.0, 1.0), 0.0
         )
-        return whitened, stats, count
+        scale = self._scale_matrix(dtype) if self.scale else None
+        whitened, stats = _whitening_statistics(
+            real,
+            imag,
+            mean,
+            k0,
+            self.epsilon,
+            inflation,
+            scale=scale,
+            inverse=True,
+        )
+        return whitened, stats, number
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -768,4 +984,5 @@ class ComplexBatchNormalization(keras.layers.Layer):
             "epsilon": self.epsilon,
             "center": self.center,
             "scale": self.scale,
+            "convention": self.convention,
         }
