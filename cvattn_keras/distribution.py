@@ -53,8 +53,10 @@ def _layout_rules(model, data):
         # Row parallel: shard the input axis; the bias stays replicated.
         (rf"{prefix}{_ROW}/kernel_{_PARTS}", (model, data)),
         # ComplexConv1D (kernel_size, in, filters), by its name: the
-        # library's default `complex_conv1d` and the models' `*_conv`.
-        (rf"{prefix}\w*conv\w*/kernel_{_PARTS}", (None, data, model)),
+        # library's default `complex_conv1d` and the front end's `conv_i`.
+        # Only the output channels are split: the kernels are small, and
+        # a first block reads one channel, which no axis can split.
+        (rf"{prefix}\w*conv\w*/kernel_{_PARTS}", (None, None, model)),
         (rf"{prefix}\w*conv\w*/bias_{_PARTS}", (model,)),
         # Any other ComplexDense (embeddings, ...): column parallel. Its
         # bias stays replicated: a path cannot tell it from a norm's.
@@ -95,7 +97,7 @@ def get_layout_map(
     - `attention_output`, `feedforward_out`, `*head_notes`: kernel
       `(model, data)` (row parallel), bias replicated;
     - a name containing `conv` (`ComplexConv1D`): kernel
-      `(None, data, model)`, bias `(model,)`;
+      `(None, None, model)`, bias `(model,)`;
     - any other layer's `kernel_real` / `kernel_imag`: `(data, model)`,
       bias replicated (its path cannot tell it from a norm's bias).
 

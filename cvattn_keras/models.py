@@ -8,30 +8,32 @@ Eilers & Jiang (2023, §4) transcribe music from complex STFT frames:
 - `real_music_classifier`: the same architecture on real channels, with
   `keras.layers.MultiHeadAttention`, of comparable size.
 
-Sizes are arguments; the defaults are the paper's: E = 320 complex
-features, 8 heads, 6 layers (6 + 6 for generation), 2048 frequency bins,
-128 notes, attention dropout 0.1, a 2048-wide head.
+Sizes are arguments; the defaults are the paper's, read from its code
+(`attention/transformer.py` of the reference): the front end of
+`ComplexFrequencyFrontEnd` (five complex convolutions over the 2048
+frequency bins of each frame, 7,936 complex features per frame), E = 320
+complex features, 8 heads, 6 layers (6 + 6 for generation), 128 notes, a
+2048-wide head, dropout 0.1 on the attention weights, after the
+feed-forward activation and in the head.
 
-Parameter counts of the defaults (Keras counts real numbers: a complex
-weight is two):
+Parameter counts of the defaults, trainable (Keras counts real numbers: a
+complex weight is two), equal to the reference's:
 
-| part                               | classifier  | generator   |
-| ---------------------------------- | ----------- | ----------- |
-| front end: Conv1D(2048 -> 320, k=3) | 3,932,800   | 3,932,800   |
-| front-end BatchNorm (1,600 moving)  | 3,200       | 3,200       |
-| embedding ComplexDense(320)         | 205,440     | 205,440     |
-| 6 encoder layers                    | 7,415,040   | 7,415,040   |
-| note embedding ComplexDense(320)    |             | 82,560      |
-| 6 decoder layers                    |             | 12,355,200  |
-| head 320 -> 2048 -> 128, Linear(2->1) | 1,839,363 | 1,839,363   |
-| total                               | 13,395,843  | 25,833,603  |
+| part                                   | classifier  | generator   |
+| -------------------------------------- | ----------- | ----------- |
+| front-end convolutions                 | 89,888      | 89,888      |
+| front-end batch norms                  | 1,520       | 1,520       |
+| embedding ComplexDense(7936 -> 320)    | 5,079,680   | 5,079,680   |
+| 6 encoder layers                       | 7,415,040   | 7,415,040   |
+| note embedding ComplexDense(128 -> 320) |            | 82,560      |
+| 6 decoder layers                       |             | 12,355,200  |
+| head 320 -> 2048 -> 128, Linear(2->1)  | 1,839,363   | 1,839,363   |
+| total                                  | 14,425,491  | 26,863,251  |
 
-The reference reports 14,421,347 and 26,853,347 (PyTorch's count). The
-attention, feed-forward, norm and head blocks follow its formulas (a
-ComplexLinear(in, out) holds 2 in out + 2 out reals); both totals differ by
-about 1.02 M, i.e. in the part the two models share, the front end, whose
-exact configuration (kernel size, channels) reference-semantics.md does not
-record. `conv_kernel_size` and `embed_dim` change it.
+The batch norms' moving statistics (6 per channel, 1,824 numbers) are
+non-trainable weights on top. PyTorch's `numel` reports 14,421,347 and
+26,853,347 for the reference: it counts each of its complex-dtype norm
+parameters once.
 """
 
 import keras
@@ -40,6 +42,7 @@ import numpy as np
 from cvattn_keras import layers as cl
 
 __all__ = [
+    "FEEDBACKS",
     "generate",
     "music_classifier",
     "music_generator",
@@ -47,24 +50,48 @@ __all__ = [
     "shift_right",
 ]
 
+# The reference's front end (`Transformer_Pred.conv`).
+FRONTEND_FILTERS = (16, 32, 64, 64, 128)
+FRONTEND_KERNEL_SIZES = (6, 3, 3, 3, 3)
+
+_ARGS = """
+        bins, notes: input frequency bins and output notes.
+        embed_dim, num_heads, num_layers, intermediate_dim: the encoder
+            (`intermediate_dim` defaults to `embed_dim`, the reference's).
+        head_dim: complex width of the head.
+        softmax, product: the attention variant of every layer.
+        dropout: the attention weights' and the head's dropout (the
+            paper: 0.1).
+        feedforward_dropout: after the activation inside every encoder and
+            decoder layer (the reference's `relu_dropout`, 0.1).
+        frontend_filters, frontend_kernel_sizes, frontend_strides: the
+            `ComplexFrequencyFrontEnd` blocks (the reference's defaults;
+            fewer or narrower blocks for small inputs).
+        batch_norm_synchronized: the front end's batch norms'
+            `synchronized`: batch statistics over all replicas under a
+            `tf.distribute` strategy (saved with the model; a no-op
+            elsewhere).
+        name: the model's name."""
+
 
 def _encode(
     inputs,
     embed_dim,
-    kernel_size,
     num_layers,
+    frontend,
     batch_norm_synchronized=False,
     **encoder_args,
 ):
-    """Complex Conv1D over frames + BatchNorm + activation, a ComplexDense
-    embedding, the sinusoidal positions, then `num_layers` encoder layers."""
-    x = cl.ComplexConv1D(
-        embed_dim, kernel_size, padding="same", name="frontend_conv"
+    """The frequency front end, a ComplexDense embedding, the sinusoidal
+    positions, then `num_layers` encoder layers."""
+    filters, kernel_sizes, strides = frontend
+    x = cl.ComplexFrequencyFrontEnd(
+        filters,
+        kernel_sizes,
+        strides,
+        synchronized=batch_norm_synchronized,
+        name="frontend",
     )(inputs)
-    x = cl.ComplexBatchNormalization(
-        synchronized=batch_norm_synchronized, name="frontend_norm"
-    )(x)
-    x = cl.ComplexActivation("split_leaky_relu", name="frontend_act")(x)
     x = cl.ComplexDense(embed_dim, name="embedding")(x)
     x = cl.SinusoidalPositionalEncoding(name="positions")(x)
     for i in range(num_layers):
@@ -72,14 +99,14 @@ def _encode(
     return x
 
 
-def _head(x, head_dim, notes, dropout, prefix=""):
+def _head(x, head_dim, notes, dropout):
     """ComplexDense -> activation -> dropout -> ComplexDense(notes) -> one
     shared real Linear(2 -> 1) over (Re, Im): real note logits."""
-    x = cl.ComplexDense(head_dim, name=f"{prefix}head_dense")(x)
-    x = cl.ComplexActivation("split_leaky_relu", name=f"{prefix}head_act")(x)
-    x = cl.ComplexDropout(dropout, name=f"{prefix}head_dropout")(x)
-    x = cl.ComplexDense(notes, name=f"{prefix}head_notes")(x)
-    return cl.RealReadout(name=f"{prefix}note_logits")(x)
+    x = cl.ComplexDense(head_dim, name="head_dense")(x)
+    x = cl.ComplexActivation("split_leaky_relu", name="head_act")(x)
+    x = cl.ComplexDropout(dropout, name="head_dropout")(x)
+    x = cl.ComplexDense(notes, name="head_notes")(x)
+    return cl.RealReadout(name="note_logits")(x)
 
 
 def music_classifier(
@@ -94,33 +121,31 @@ def music_classifier(
     softmax="real",
     product="inner",
     dropout=0.1,
-    conv_kernel_size=3,
+    feedforward_dropout=0.1,
+    frontend_filters=FRONTEND_FILTERS,
+    frontend_kernel_sizes=FRONTEND_KERNEL_SIZES,
+    frontend_strides=2,
     batch_norm_synchronized=False,
     name="music_classifier",
 ):
-    """The paper's classification model: note logits for every frame.
+    """The paper's classification model (the reference's
+    `Transformer_Pred`): note logits for every frame.
 
-    `(B, frames, 2 * bins)` stacked spectra -> complex Conv1D (over frames)
-    + BatchNorm + activation -> ComplexDense embedding -> sinusoidal
-    positions -> `num_layers` `ComplexTransformerEncoder` -> head
-    (ComplexDense(head_dim) -> activation -> dropout -> ComplexDense(notes)
-    -> shared real Linear(2 -> 1)) -> `(B, frames, notes)` logits, to train
-    with `binary_crossentropy(from_logits=True)`.
+    `(B, frames, 2 * bins)` stacked spectra -> `ComplexFrequencyFrontEnd`
+    (complex convolutions over the bins of each frame, flattened) ->
+    ComplexDense embedding -> sinusoidal positions -> `num_layers`
+    `ComplexTransformerEncoder` -> head (ComplexDense(head_dim) ->
+    activation -> dropout -> ComplexDense(notes) -> shared real
+    Linear(2 -> 1)) -> `(B, frames, notes)` logits, to train with
+    `binary_crossentropy(from_logits=True)`.
+
+    Layer names (an API: `cvattn_keras.interop` maps the reference's
+    weights onto them): `frontend`, `embedding`, `positions`,
+    `encoder_{i}`, `head_dense`, `head_act`, `head_dropout`, `head_notes`,
+    `note_logits`.
 
     Args:
-        frames: sequence length, or None for any.
-        bins, notes: input frequency bins and output notes.
-        embed_dim, num_heads, num_layers, intermediate_dim: the encoder
-            (`intermediate_dim` defaults to `embed_dim`, the reference's).
-        head_dim: complex width of the head.
-        softmax, product: the attention variant of every layer.
-        dropout: attention dropout and head dropout (the paper: 0.1).
-        conv_kernel_size: the front-end convolution's width in frames.
-        batch_norm_synchronized: the front-end
-            `ComplexBatchNormalization`'s `synchronized`: batch statistics
-            over all replicas under a `tf.distribute` strategy (saved with
-            the model; a no-op elsewhere).
-        name: the model's name.
+        frames: sequence length, or None for any.{args}
 
     Returns:
         An uncompiled `keras.Model`.
@@ -129,16 +154,20 @@ def music_classifier(
     x = _encode(
         inputs,
         embed_dim,
-        conv_kernel_size,
         num_layers,
+        (frontend_filters, frontend_kernel_sizes, frontend_strides),
         batch_norm_synchronized,
         num_heads=num_heads,
         intermediate_dim=intermediate_dim,
         softmax=softmax,
         product=product,
         attention_dropout=dropout,
+        dropout=feedforward_dropout,
     )
     return keras.Model(inputs, _head(x, head_dim, notes, dropout), name=name)
+
+
+music_classifier.__doc__ = music_classifier.__doc__.replace("{args}", _ARGS)
 
 
 def music_generator(
@@ -154,23 +183,32 @@ def music_generator(
     softmax="real",
     product="inner",
     dropout=0.1,
-    conv_kernel_size=3,
+    feedforward_dropout=0.1,
+    frontend_filters=FRONTEND_FILTERS,
+    frontend_kernel_sizes=FRONTEND_KERNEL_SIZES,
+    frontend_strides=2,
     batch_norm_synchronized=False,
     name="music_generator",
 ):
-    """The paper's sequence-generation model (encoder-decoder).
+    """The paper's sequence-generation model (the reference's
+    `Transformer_Generation`, an encoder-decoder).
 
     Inputs: `spectra` `(B, source_frames, 2 * bins)` (frames 0-42 of a
     64-frame sample) and `previous_notes` `(B, target_frames, notes)`: the
-    target labels shifted right by one frame with a zero start token (see
-    `shift_right`; at inference `generate` fills them in). The encoder is
+    target shifted right by one frame with a zero start token (see
+    `shift_right`; at inference `generate` fills it in). The encoder is
     `music_classifier`'s front end and `num_layers` encoder layers; the
     decoder embeds the previous notes (as complex numbers with zero
-    imaginary part) with a ComplexDense, adds positions, and runs
-    `num_layers` causal `ComplexTransformerDecoder` layers attending to the
-    encoder. Output: `(B, target_frames, notes)` logits.
-    `batch_norm_synchronized` is as in `music_classifier`; the other
-    arguments too.
+    imaginary part) with a ComplexDense, adds positions (restarting at 0),
+    and runs `num_layers` causal `ComplexTransformerDecoder` layers
+    attending to the encoder. Output: `(B, target_frames, notes)` logits.
+
+    Layer names: `music_classifier`'s, plus `notes_as_complex`,
+    `note_embedding`, `target_positions` and `decoder_{i}`.
+
+    Args:
+        source_frames, target_frames: the encoder's and the decoder's
+            lengths.{args}
 
     Returns:
         An uncompiled `keras.Model`.
@@ -183,12 +221,13 @@ def music_generator(
         softmax=softmax,
         product=product,
         attention_dropout=dropout,
+        dropout=feedforward_dropout,
     )
     memory = _encode(
         spectra,
         embed_dim,
-        conv_kernel_size,
         num_layers,
+        (frontend_filters, frontend_kernel_sizes, frontend_strides),
         batch_norm_synchronized,
         **layer_args,
     )
@@ -203,6 +242,9 @@ def music_generator(
     return keras.Model([spectra, previous], logits, name=name)
 
 
+music_generator.__doc__ = music_generator.__doc__.replace("{args}", _ARGS)
+
+
 def shift_right(labels):
     """Teacher forcing: `(B, T, notes)` labels -> the decoder's previous
     notes, shifted right one frame with a zero start token."""
@@ -211,27 +253,51 @@ def shift_right(labels):
     return np.concatenate([start, labels[:, :-1]], axis=1)
 
 
-def generate(model, spectra, threshold=0.5, steps=None):
+# What `generate` feeds back as the previous frame's notes.
+FEEDBACKS = ("notes", "logits")
+
+
+def generate(model, spectra, threshold=0.5, steps=None, feedback="notes"):
     """Greedy autoregressive decoding with a `music_generator` model (also
     one loaded from a `.keras` file).
 
-    Frame `t`'s notes are the logits at `t` above `logit(threshold)`, given
-    the notes decoded at frames `< t`; they are fed back as the previous
-    notes of frame `t + 1`.
+    The decoder is causal, so the logits of frame `t` depend on the
+    previous-notes input at frames `<= t` only, i.e. on what was decoded at
+    frames `< t`. Each step runs the model once and feeds the result at
+    `t` back as the previous notes of frame `t + 1`:
+
+    - `feedback="notes"` (default): the thresholded notes (0 or 1), the
+      same kind of input as the shifted labels of teacher forcing;
+    - `feedback="logits"`: the raw logits, the reference's evaluation loop
+      (`outputs[:, i] = model(x, tgt=outputs)[:, i]` in its
+      `train_gen.py`), which the paper's generation numbers used.
 
     Args:
         model: a model with inputs `(spectra, previous_notes)`.
         spectra: `(B, source_frames, 2 * bins)`.
-        threshold: probability above which a note is on.
+        threshold: probability above which a note is on (the returned
+            notes, and the feedback with `feedback="notes"`).
         steps: frames to decode (default: all `target_frames`).
+        feedback: `"notes"` or `"logits"`, see above.
 
     Returns:
         `(notes, logits)`: the decoded multi-hot notes and their logits,
         each `(B, steps, notes)`.
     """
+    if feedback not in FEEDBACKS:
+        raise ValueError(
+            f"`feedback` must be one of {list(FEEDBACKS)}. "
+            f"Received: feedback={feedback!r}"
+        )
     if not 0 < threshold < 1:
         raise ValueError(
             f"`threshold` must be in (0, 1). Received: threshold={threshold}"
+        )
+    if len(model.inputs) != 2:
+        raise ValueError(
+            "`model` must be a generator with inputs (spectra, "
+            f"previous_notes). Received: a model with {len(model.inputs)} "
+            "input(s)"
         )
     spectra = np.asarray(spectra, np.float32)
     _, target_frames, notes = model.inputs[1].shape
@@ -246,14 +312,13 @@ def generate(model, spectra, threshold=0.5, steps=None):
     logits = np.zeros((batch, steps, notes), np.float32)
     cut = np.log(threshold / (1 - threshold))
     for t in range(steps):
-        # The decoder is causal: logits at t see previous[:, :t + 1] only.
         step = keras.ops.convert_to_numpy(
             model([spectra, previous], training=False)
         )[:, t]
         logits[:, t] = step
         decoded[:, t] = step > cut
         if t + 1 < target_frames:
-            previous[:, t + 1] = decoded[:, t]
+            previous[:, t + 1] = step if feedback == "logits" else decoded[:, t]
     return decoded, logits
 
 
@@ -267,29 +332,46 @@ def real_music_classifier(
     intermediate_dim=None,
     head_dim=2896,
     dropout=0.1,
-    conv_kernel_size=3,
+    feedforward_dropout=0.1,
+    frontend_filters=(23, 45, 91, 91, 181),
+    frontend_kernel_sizes=FRONTEND_KERNEL_SIZES,
+    frontend_strides=2,
     name="real_music_classifier",
 ):
     """A real-valued baseline of `music_classifier`'s architecture.
 
-    The same stacked input read as `2 * bins` real channels; Conv1D +
-    BatchNorm + LeakyReLU, a Dense embedding, the sinusoidal positions
-    (added to the first half of the channels), post-norm encoder layers of
-    `keras.layers.MultiHeadAttention` + LayerNormalization + a Dense
-    feed-forward network, and a Dense head to `notes` logits. A complex
-    weight holds two reals, so widths `sqrt(2)` times the complex model's
-    (456 for 320, 2896 for 2048) give a comparable parameter count.
+    The same stacked input; each frame's bins read as a 2-channel (Re, Im)
+    real signal, with real Conv1D (valid, over the bins) + BatchNorm +
+    LeakyReLU blocks, flattened per frame; a Dense embedding, the
+    sinusoidal positions (added to the first half of the channels),
+    post-norm encoder layers of `keras.layers.MultiHeadAttention` +
+    LayerNormalization + a Dense feed-forward network with dropout, and a
+    Dense head to `notes` logits. A complex weight holds two reals, so
+    widths `sqrt(2)` times the complex model's (456 for 320, 2896 for
+    2048, front-end channels 23 ... 181 for 16 ... 128) give a comparable
+    parameter count.
 
     Returns:
         An uncompiled `keras.Model`.
     """
     layers = keras.layers
+    blocks = len(frontend_filters)
+    if not isinstance(frontend_strides, (list, tuple)):
+        frontend_strides = (frontend_strides,) * blocks
     inputs = keras.Input((frames, 2 * bins), name="spectra")
-    x = layers.Conv1D(
-        embed_dim, conv_kernel_size, padding="same", name="frontend_conv"
-    )(inputs)
-    x = layers.BatchNormalization(name="frontend_norm")(x)
-    x = layers.LeakyReLU(0.01, name="frontend_act")(x)
+    # (B, T, [Re | Im]) -> (B, T, F, 2): a 2-channel signal per frame.
+    x = layers.Reshape((-1, 2, bins), name="frames_as_signals")(inputs)
+    x = layers.Permute((1, 3, 2), name="channels_last")(x)
+    for i, (channels, kernel, stride) in enumerate(
+        zip(frontend_filters, frontend_kernel_sizes, frontend_strides)
+    ):
+        x = layers.TimeDistributed(
+            layers.Conv1D(channels, kernel, strides=stride),
+            name=f"frontend_conv_{i}",
+        )(x)
+        x = layers.BatchNormalization(name=f"frontend_norm_{i}")(x)
+        x = layers.LeakyReLU(0.01, name=f"frontend_act_{i}")(x)
+    x = layers.TimeDistributed(layers.Flatten(), name="frontend_flatten")(x)
     x = layers.Dense(embed_dim, name="embedding")(x)
     x = cl.SinusoidalPositionalEncoding(name="positions")(x)
     for i in range(num_layers):
@@ -306,6 +388,7 @@ def real_music_classifier(
             x
         )
         h = layers.LeakyReLU(0.01)(h)
+        h = layers.Dropout(feedforward_dropout)(h)
         h = layers.Dense(embed_dim, name=f"encoder_{i}_out")(h)
         x = layers.LayerNormalization(name=f"encoder_{i}_norm_2")(
             layers.Add()([x, h])

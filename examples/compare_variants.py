@@ -23,7 +23,24 @@ import numpy as np  # noqa: E402
 
 import cvattn_keras as cvk  # noqa: E402
 
-SMALL = dict(embed_dim=32, num_heads=4, num_layers=2, head_dim=64)
+# The reference architecture scaled down to the data's 128 bins, as in
+# train_music.py.
+SMALL = dict(
+    embed_dim=32,
+    num_heads=4,
+    num_layers=2,
+    head_dim=64,
+    frontend_filters=(8, 16, 16),
+    frontend_kernel_sizes=(6, 3, 3),
+)
+TINY = dict(
+    embed_dim=8,
+    num_heads=2,
+    num_layers=1,
+    head_dim=8,
+    frontend_filters=(4, 8),
+    frontend_kernel_sizes=(6, 3),
+)
 
 
 def real_size(complex_size):
@@ -35,6 +52,9 @@ def real_size(complex_size):
         embed_dim=heads
         * round(math.sqrt(2) * complex_size["embed_dim"] / heads),
         head_dim=round(math.sqrt(2) * complex_size["head_dim"]),
+        frontend_filters=tuple(
+            round(math.sqrt(2) * f) for f in complex_size["frontend_filters"]
+        ),
     )
 
 
@@ -74,7 +94,7 @@ def main(argv=None):
     if args.smoke:
         args.epochs, args.seeds, args.samples = 1, 1, 40
         args.variants = args.variants or ["realip", "abscp"]
-        size = dict(embed_dim=8, num_heads=2, num_layers=1, head_dim=8)
+        size = TINY
     x, y = cvk.datasets.synthetic_music(
         num_samples=args.samples + args.samples // 4, seed=1234
     )

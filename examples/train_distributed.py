@@ -196,10 +196,26 @@ def _model(args, frames, bins, notes):
 
     import cvattn_keras as cvk
 
+    # The reference architecture scaled down (front end: 32 -> 14 -> 6
+    # bins for --smoke, 128 -> 62 -> 30 -> 14 otherwise).
     size = (
-        dict(embed_dim=8, num_heads=2, num_layers=1, head_dim=8)
+        dict(
+            embed_dim=8,
+            num_heads=2,
+            num_layers=1,
+            head_dim=8,
+            frontend_filters=(4, 8),
+            frontend_kernel_sizes=(6, 3),
+        )
         if args.smoke
-        else dict(embed_dim=32, num_heads=4, num_layers=2, head_dim=64)
+        else dict(
+            embed_dim=32,
+            num_heads=4,
+            num_layers=2,
+            head_dim=64,
+            frontend_filters=(8, 16, 16),
+            frontend_kernel_sizes=(6, 3, 3),
+        )
     )
     keras.utils.set_random_seed(args.seed)
     return cvk.models.music_classifier(

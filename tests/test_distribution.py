@@ -173,7 +173,7 @@ def _intended(path):
     if layer in row or layer.endswith("head_notes"):
         return ("model", "batch") if kind == "kernel" else None
     if "conv" in layer:
-        return (None, "batch", "model") if kind == "kernel" else ("model",)
+        return (None, None, "model") if kind == "kernel" else ("model",)
     return ("batch", "model") if kind == "kernel" else None
 
 
@@ -186,6 +186,8 @@ def test_layout_map_shards_every_complex_kernel_of_the_classifier():
         num_heads=2,
         num_layers=2,
         head_dim=16,
+        frontend_filters=(4, 8),
+        frontend_kernel_sizes=(6, 3),
     )
     layout_map = distribution.get_layout_map(_mesh())
     kernels = 0
@@ -200,13 +202,14 @@ def test_layout_map_shards_every_complex_kernel_of_the_classifier():
         assert tuple(layout.axes) == intended, path
         assert len(layout.axes) == len(variable.shape), path
         kernels += path.endswith("kernel_real")
-    # conv, embedding, 2 x (q, k, v, o, ffn in, ffn out), head 2.
-    assert kernels == 1 + 1 + 2 * 6 + 2
+    # 2 convs, embedding, 2 x (q, k, v, o, ffn in, ffn out), head 2.
+    assert kernels == 2 + 1 + 2 * 6 + 2
     # The norms, the batch norm's statistics and the readout: replicated.
     for path in (
         "encoder_0/self_attention_norm/w0",
         "encoder_0/feedforward_norm/bias_real",
-        "frontend_norm/moving_mean_real",
+        "frontend/norm_0/moving_mean_real",
+        "frontend/norm_1/w0",
         "note_logits/kernel",
     ):
         assert layout_map[path] is None
@@ -221,7 +224,7 @@ def test_layout_map_custom_axis_names_and_nesting():
     assert tuple(layout_map[nested].axes) == ("data", "tensor")
     assert tuple(layout_map["complex_conv1d/kernel_real"].axes) == (
         None,
-        "data",
+        None,
         "tensor",
     )
     assert layout_map.device_mesh is mesh
@@ -589,10 +592,15 @@ def test_example_smoke_prints_batches_throughput_and_ap(strategy, replicas):
     ) in output
     assert re.search(r"epoch 2: loss [0-9.]+, [0-9]+ examples/s", output)
     if strategy == "mirrored":
-        # The weights of one device to float rounding: the same AP.
+        # The weights of one device, to float rounding and to the front
+        # end's synchronized reference batch norm, whose unbiased variance
+        # divides by the replicas' mean count (ComplexBatchNormalization:
+        # keras.ops cannot see the number of replicas): a relative change
+        # of (K - 1) / N in the variances, 8e-4 here (N = 8 x 16 frames x
+        # 14 bins, K = 2), which moves the smoke run's AP by 1.6e-3.
         code, single = _example("--strategy", "single", "--smoke")
         assert code == 0, single[-4000:]
-        assert abs(_ap(output) - _ap(single)) < 1e-3
+        assert abs(_ap(output) - _ap(single)) < 4e-3
     assert 0 < _ap(output) <= 1
 
 

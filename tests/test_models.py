@@ -7,7 +7,19 @@ import pytest
 import cvattn_keras as cvk
 from cvattn_keras import models
 
-SMALL = dict(embed_dim=8, num_heads=2, num_layers=1, head_dim=8)
+# The reference architecture scaled down: 10 bins -> 4 -> 1 in the front end.
+SMALL = dict(
+    embed_dim=8,
+    num_heads=2,
+    num_layers=1,
+    head_dim=8,
+    frontend_filters=(2, 4),
+    frontend_kernel_sizes=(3, 3),
+)
+
+
+def _trainable(layer):
+    return sum(int(np.prod(w.shape)) for w in layer.trainable_weights)
 
 
 def test_classifier_shapes_and_logits(rng):
@@ -20,22 +32,67 @@ def test_classifier_shapes_and_logits(rng):
 
 
 @pytest.mark.slow
-def test_default_parameter_counts():
-    """The paper's sizes (README documents these numbers)."""
-    assert models.music_classifier().count_params() == 13_395_843
-    assert models.music_generator().count_params() == 25_833_603
-    assert models.real_music_classifier().count_params() == 15_021_344
+def test_default_parameter_counts_are_the_references():
+    """Issue 10: the paper's models hold the reference's parameters, part by
+    part (reference-semantics.md, "The MusicNet models and their state
+    dicts"); Keras counts every real number, as that count does."""
+    classifier = models.music_classifier()
+    frontend = classifier.get_layer("frontend")
+    parts = {
+        "front-end convolutions": sum(map(_trainable, frontend.convolutions)),
+        "front-end batch norms": sum(map(_trainable, frontend.norms)),
+        "in_embedding": _trainable(classifier.get_layer("embedding")),
+        "encoders": sum(
+            _trainable(classifier.get_layer(f"encoder_{i}")) for i in range(6)
+        ),
+        "head": sum(
+            _trainable(classifier.get_layer(name))
+            for name in ("head_dense", "head_notes", "note_logits")
+        ),
+    }
+    assert parts == {
+        "front-end convolutions": 89_888,
+        "front-end batch norms": 1_520,
+        "in_embedding": 5_079_680,
+        "encoders": 7_415_040,
+        "head": 1_839_363,
+    }
+    assert _trainable(classifier) == 14_425_491
+    # The batch norms' moving statistics (6 per channel) are not trained.
+    assert classifier.count_params() == 14_425_491 + 6 * 304
+    assert frontend.compute_output_shape((None, 64, 4096)) == (None, 64, 15872)
+    generator = models.music_generator()
+    assert (
+        sum(_trainable(generator.get_layer(f"decoder_{i}")) for i in range(6))
+        == 12_355_200
+    )
+    assert _trainable(generator.get_layer("note_embedding")) == 82_560
+    assert _trainable(generator) == 26_863_251
+    # A comparable size on real channels.
+    assert models.real_music_classifier().count_params() == 14_417_109
+
+
+def test_paper_dropouts_are_the_defaults():
+    """Issue 10: attention 0.1, feed-forward 0.1 (after the activation) and
+    head 0.1, as in the reference."""
+    model = models.music_generator(
+        source_frames=3, target_frames=2, bins=10, notes=2, **SMALL
+    )
+    for name in ("encoder_0", "decoder_0"):
+        layer = model.get_layer(name)
+        assert (layer.attention_dropout, layer.dropout) == (0.1, 0.1)
+    assert model.get_layer("head_dropout").rate == 0.1
 
 
 def test_generator_shapes_and_shift_right(rng):
     model = models.music_generator(
-        source_frames=5, target_frames=4, bins=6, notes=3, **SMALL
+        source_frames=5, target_frames=4, bins=10, notes=3, **SMALL
     )
     labels = (rng.random((2, 4, 3)) > 0.5).astype("float32")
     previous = models.shift_right(labels)
     np.testing.assert_array_equal(previous[:, 0], 0)
     np.testing.assert_array_equal(previous[:, 1:], labels[:, :-1])
-    spectra = rng.standard_normal((2, 5, 12)).astype("float32")
+    spectra = rng.standard_normal((2, 5, 20)).astype("float32")
     assert tuple(model([spectra, previous]).shape) == (2, 4, 3)
 
 
@@ -44,12 +101,13 @@ def _trained_generator(rng):
     model = models.music_generator(
         source_frames=5,
         target_frames=6,
-        bins=6,
+        bins=10,
         notes=4,
         dropout=0.0,
+        feedforward_dropout=0.0,
         **SMALL,
     )
-    spectra = rng.standard_normal((16, 5, 12)).astype("float32")
+    spectra = rng.standard_normal((16, 5, 20)).astype("float32")
     labels = (rng.random((16, 6, 4)) > 0.5).astype("float32")
     model.compile("adam", keras.losses.BinaryCrossentropy(from_logits=True))
     model.fit(
@@ -68,6 +126,19 @@ def test_generate_equals_teacher_forcing_on_its_own_output(rng, tmp_path):
     )
     np.testing.assert_allclose(forced, logits, atol=1e-5)
     np.testing.assert_array_equal(forced > 0, notes > 0)
+    # feedback="logits" (the reference's loop): the previous frame's raw
+    # logits are the decoder's input, so teacher forcing on the shifted
+    # logits gives them back.
+    notes_l, logits_l = models.generate(model, spectra[:4], feedback="logits")
+    forced = keras.ops.convert_to_numpy(
+        model([spectra[:4], models.shift_right(logits_l)])
+    )
+    np.testing.assert_allclose(forced, logits_l, atol=1e-5)
+    np.testing.assert_array_equal(notes_l, logits_l > 0)
+    # The first frame sees only the start token: the same either way; the
+    # two protocols differ later.
+    np.testing.assert_allclose(logits_l[:, 0], logits[:, 0], atol=1e-6)
+    assert not np.allclose(logits_l, logits, atol=1e-3)
     # Also on a model loaded from a file.
     model.save(tmp_path / "generator.keras")
     loaded = keras.saving.load_model(tmp_path / "generator.keras")
@@ -77,13 +148,18 @@ def test_generate_equals_teacher_forcing_on_its_own_output(rng, tmp_path):
 
 def test_generate_bad_arguments(rng):
     model = models.music_generator(
-        source_frames=3, target_frames=2, bins=2, notes=2, **SMALL
+        source_frames=3, target_frames=2, bins=10, notes=2, **SMALL
     )
-    spectra = np.zeros((1, 3, 4), "float32")
+    spectra = np.zeros((1, 3, 20), "float32")
     with pytest.raises(ValueError, match="threshold=1.5"):
         models.generate(model, spectra, threshold=1.5)
     with pytest.raises(ValueError, match="steps=3"):
         models.generate(model, spectra, steps=3)
+    with pytest.raises(ValueError, match="feedback='probabilities'"):
+        models.generate(model, spectra, feedback="probabilities")
+    classifier = models.music_classifier(frames=3, bins=10, notes=2, **SMALL)
+    with pytest.raises(ValueError, match="generator"):
+        models.generate(classifier, spectra)
 
 
 @pytest.mark.slow
@@ -137,16 +213,17 @@ def test_batch_norm_synchronized_is_exposed_and_saved(synchronized):
     generator = models.music_generator(
         source_frames=5,
         target_frames=4,
-        bins=6,
+        bins=10,
         notes=3,
         batch_norm_synchronized=synchronized,
         **SMALL,
     )
     for model in (classifier, generator):
-        norm = model.get_layer("frontend_norm")
-        assert norm.synchronized is synchronized
+        frontend = model.get_layer("frontend")
+        assert [n.synchronized for n in frontend.norms] == [synchronized] * 2
         rebuilt = keras.Model.from_config(model.get_config())
-        assert rebuilt.get_layer("frontend_norm").synchronized is synchronized
+        for norm in rebuilt.get_layer("frontend").norms:
+            assert norm.synchronized is synchronized
 
 
 def test_complex_modulus_under_mixed_float16():

@@ -11,6 +11,7 @@ from cvattn_keras.layers.dense import ComplexDense
 from cvattn_keras.layers.dropout import ComplexDropout
 from cvattn_keras.layers.embeddings import ComplexRotaryEmbedding
 from cvattn_keras.layers.embeddings import SinusoidalPositionalEncoding
+from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
 from cvattn_keras.layers.normalization import ComplexBatchNormalization
 from cvattn_keras.layers.normalization import ComplexLayerNormalization
 from cvattn_keras.layers.normalization import ComplexRMSNormalization
@@ -23,6 +24,7 @@ __all__ = [
     "ComplexConv1D",
     "ComplexDense",
     "ComplexDropout",
+    "ComplexFrequencyFrontEnd",
     "ComplexFromReal",
     "ComplexLayerNormalization",
     "ComplexModulus",
