@@ -15,6 +15,7 @@ from cvattn_keras import datasets
 from cvattn_keras import distribution
 from cvattn_keras import export
 from cvattn_keras import initializers
+from cvattn_keras import interop
 from cvattn_keras import layers
 from cvattn_keras import metrics
 from cvattn_keras import models
@@ -30,6 +31,7 @@ __all__ = [
     "export",
     "from_stacked",
     "initializers",
+    "interop",
     "layers",
     "metrics",
     "models",
