@@ -7,12 +7,15 @@ import cvattn_keras as cvk
 
 
 def all_blocks_model():
-    """Conv1D front-end, every norm, activation and encoding, an encoder and
-    a decoder with a padded memory, and a ComplexDense head."""
+    """The frequency front end (reference batch norms), a Conv1D, every
+    norm, activation and encoding, an encoder and a decoder with a padded
+    memory, and a ComplexDense head."""
     layers = cvk.layers
-    signal = keras.Input((8, 6), name="signal")
+    signal = keras.Input((8, 24), name="signal")
     memory = keras.Input((5, 8), name="memory")
-    x = layers.ComplexConv1D(4, 3, padding="same")(signal)
+    # 12 bins -> 5 -> 3: 3 channels x 3 bins per frame.
+    x = layers.ComplexFrequencyFrontEnd((2, 3), (4, 3), (2, 1))(signal)
+    x = layers.ComplexConv1D(4, 3, padding="same")(x)
     x = layers.ComplexBatchNormalization()(x)
     x = layers.ModReLU(bias_initializer="random_normal")(x)
     x = layers.ComplexActivation("cardioid")(x)
@@ -33,7 +36,8 @@ def all_blocks_model():
 def all_blocks_inputs(rng):
     inputs = [
         cvk.to_stacked(
-            rng.standard_normal((3, 8, 3)) + 1j * rng.standard_normal((3, 8, 3))
+            rng.standard_normal((3, 8, 12))
+            + 1j * rng.standard_normal((3, 8, 12))
         ),
         cvk.to_stacked(
             rng.standard_normal((3, 5, 4)) + 1j * rng.standard_normal((3, 5, 4))

@@ -646,3 +646,11 @@ def test_cli_converts_a_checkpoint(rng, tmp_path, capsys):
     src = _complex_normal(rng, (2, 5, 64))
     got = _np(model(_stack(src), training=False))
     assert _rel(got, ref.classifier(sd, src, 2)) < MODEL_TOL
+    if keras.backend.backend() == "tensorflow":
+        # The second command: the converted model to TFLite, verified on
+        # LiteRT (a reference checkpoint reaches a phone in two commands).
+        from cvattn_keras.export.__main__ import main as export_main
+
+        tflite = tmp_path / "model.tflite"
+        assert export_main([str(out), str(tflite), "--verify"]) == 0
+        assert tflite.stat().st_size > 0
