@@ -58,3 +58,35 @@ def greater_than(value, name, bound=0.0, allow_none=False):
             f"{' or None' if allow_none else ''}. Received: {name}={value!r}"
         )
     return float(value)
+
+
+def positive_ints(value, name, count=None):
+    """A tuple of positive ints from a non-empty sequence (a list, tuple or
+    1-D array); with `count`, one int is repeated `count` times and a
+    sequence must have exactly `count` entries."""
+    if count is not None and _is_int(value):
+        value = (value,) * count
+    try:
+        items = [
+            item.item() if hasattr(item, "item") else item for item in value
+        ]
+    except TypeError:
+        items = None
+    if not items or isinstance(value, (str, bytes)):
+        raise ValueError(
+            f"`{name}` must be a non-empty sequence of positive integers"
+            f"{' or one positive integer' if count is not None else ''}. "
+            f"Received: {name}={value!r}"
+        )
+    for item in items:
+        if not _is_int(item) or item < 1:
+            raise ValueError(
+                f"`{name}` must hold positive integers. "
+                f"Received: {name}={value!r}"
+            )
+    if count is not None and len(items) != count:
+        raise ValueError(
+            f"`{name}` must have {count} entries, one per block. "
+            f"Received: {name}={value!r}"
+        )
+    return tuple(int(item) for item in items)

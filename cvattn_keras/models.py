@@ -39,10 +39,13 @@ parameters once.
 import keras
 import numpy as np
 
+from cvattn_keras import _validation as check
 from cvattn_keras import layers as cl
 
 __all__ = [
     "FEEDBACKS",
+    "FRONTEND_FILTERS",
+    "FRONTEND_KERNEL_SIZES",
     "generate",
     "music_classifier",
     "music_generator",
@@ -54,24 +57,17 @@ __all__ = [
 FRONTEND_FILTERS = (16, 32, 64, 64, 128)
 FRONTEND_KERNEL_SIZES = (6, 3, 3, 3, 3)
 
-_ARGS = """
-        bins, notes: input frequency bins and output notes.
-        embed_dim, num_heads, num_layers, intermediate_dim: the encoder
-            (`intermediate_dim` defaults to `embed_dim`, the reference's).
-        head_dim: complex width of the head.
-        softmax, product: the attention variant of every layer.
-        dropout: the attention weights' and the head's dropout (the
-            paper: 0.1).
-        feedforward_dropout: after the activation inside every encoder and
-            decoder layer (the reference's `relu_dropout`, 0.1).
-        frontend_filters, frontend_kernel_sizes, frontend_strides: the
-            `ComplexFrequencyFrontEnd` blocks (the reference's defaults;
-            fewer or narrower blocks for small inputs).
-        batch_norm_synchronized: the front end's batch norms'
-            `synchronized`: batch statistics over all replicas under a
-            `tf.distribute` strategy (saved with the model; a no-op
-            elsewhere).
-        name: the model's name."""
+
+def _frontend(filters, kernel_sizes, strides):
+    """The front-end arguments, checked under the builders' names."""
+    filters = check.positive_ints(filters, "frontend_filters")
+    return (
+        filters,
+        check.positive_ints(
+            kernel_sizes, "frontend_kernel_sizes", len(filters)
+        ),
+        check.positive_ints(strides, "frontend_strides", len(filters)),
+    )
 
 
 def _encode(
@@ -145,7 +141,24 @@ def music_classifier(
     `note_logits`.
 
     Args:
-        frames: sequence length, or None for any.{args}
+        frames: sequence length, or None for any.
+        bins, notes: input frequency bins and output notes.
+        embed_dim, num_heads, num_layers, intermediate_dim: the encoder
+            (`intermediate_dim` defaults to `embed_dim`, the reference's).
+        head_dim: complex width of the head.
+        softmax, product: the attention variant of every layer.
+        dropout: the attention weights' and the head's dropout (the
+            paper: 0.1).
+        feedforward_dropout: after the activation inside every encoder and
+            decoder layer (the reference's `relu_dropout`, 0.1).
+        frontend_filters, frontend_kernel_sizes, frontend_strides: the
+            `ComplexFrequencyFrontEnd` blocks (the reference's defaults;
+            fewer or narrower blocks for small inputs).
+        batch_norm_synchronized: the front end's batch norms'
+            `synchronized`: batch statistics over all replicas under a
+            `tf.distribute` strategy (saved with the model; a no-op
+            elsewhere).
+        name: the model's name.
 
     Returns:
         An uncompiled `keras.Model`.
@@ -155,7 +168,7 @@ def music_classifier(
         inputs,
         embed_dim,
         num_layers,
-        (frontend_filters, frontend_kernel_sizes, frontend_strides),
+        _frontend(frontend_filters, frontend_kernel_sizes, frontend_strides),
         batch_norm_synchronized,
         num_heads=num_heads,
         intermediate_dim=intermediate_dim,
@@ -165,9 +178,6 @@ def music_classifier(
         dropout=feedforward_dropout,
     )
     return keras.Model(inputs, _head(x, head_dim, notes, dropout), name=name)
-
-
-music_classifier.__doc__ = music_classifier.__doc__.replace("{args}", _ARGS)
 
 
 def music_generator(
@@ -208,7 +218,24 @@ def music_generator(
 
     Args:
         source_frames, target_frames: the encoder's and the decoder's
-            lengths.{args}
+            lengths.
+        bins, notes: input frequency bins and output notes.
+        embed_dim, num_heads, num_layers, intermediate_dim: the encoder
+            (`intermediate_dim` defaults to `embed_dim`, the reference's).
+        head_dim: complex width of the head.
+        softmax, product: the attention variant of every layer.
+        dropout: the attention weights' and the head's dropout (the
+            paper: 0.1).
+        feedforward_dropout: after the activation inside every encoder and
+            decoder layer (the reference's `relu_dropout`, 0.1).
+        frontend_filters, frontend_kernel_sizes, frontend_strides: the
+            `ComplexFrequencyFrontEnd` blocks (the reference's defaults;
+            fewer or narrower blocks for small inputs).
+        batch_norm_synchronized: the front end's batch norms'
+            `synchronized`: batch statistics over all replicas under a
+            `tf.distribute` strategy (saved with the model; a no-op
+            elsewhere).
+        name: the model's name.
 
     Returns:
         An uncompiled `keras.Model`.
@@ -227,7 +254,7 @@ def music_generator(
         spectra,
         embed_dim,
         num_layers,
-        (frontend_filters, frontend_kernel_sizes, frontend_strides),
+        _frontend(frontend_filters, frontend_kernel_sizes, frontend_strides),
         batch_norm_synchronized,
         **layer_args,
     )
@@ -240,9 +267,6 @@ def music_generator(
         )
     logits = _head(x, head_dim, notes, dropout)
     return keras.Model([spectra, previous], logits, name=name)
-
-
-music_generator.__doc__ = music_generator.__doc__.replace("{args}", _ARGS)
 
 
 def shift_right(labels):
@@ -355,16 +379,14 @@ def real_music_classifier(
         An uncompiled `keras.Model`.
     """
     layers = keras.layers
-    blocks = len(frontend_filters)
-    if not isinstance(frontend_strides, (list, tuple)):
-        frontend_strides = (frontend_strides,) * blocks
+    frontend = _frontend(
+        frontend_filters, frontend_kernel_sizes, frontend_strides
+    )
     inputs = keras.Input((frames, 2 * bins), name="spectra")
     # (B, T, [Re | Im]) -> (B, T, F, 2): a 2-channel signal per frame.
     x = layers.Reshape((-1, 2, bins), name="frames_as_signals")(inputs)
     x = layers.Permute((1, 3, 2), name="channels_last")(x)
-    for i, (channels, kernel, stride) in enumerate(
-        zip(frontend_filters, frontend_kernel_sizes, frontend_strides)
-    ):
+    for i, (channels, kernel, stride) in enumerate(zip(*frontend)):
         x = layers.TimeDistributed(
             layers.Conv1D(channels, kernel, strides=stride),
             name=f"frontend_conv_{i}",

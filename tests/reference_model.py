@@ -69,8 +69,9 @@ def random_layer_norm(rng, features, prefix=""):
 def random_batch_norm(rng, channels, prefix="", trained=True):
     """A reference batch norm's state dict; `trained` buffers have the
     shapes after a training step, with a random mean and a random
-    symmetric positive definite R (as the reference's training stores:
-    the inverse square root of a covariance), else the placeholders."""
+    R with independent off-diagonal entries (the reference's training
+    stores a symmetric one, the inverse square root of a covariance; an
+    asymmetric one checks which entry goes where), else the placeholders."""
     sd = {
         f"{prefix}weights": _norm_weights(rng, channels)[:, None, :, None],
         f"{prefix}bias": _complex(rng, (1, channels, 1)),
@@ -82,7 +83,8 @@ def random_batch_norm(rng, channels, prefix="", trained=True):
         b = rng.uniform(-0.4, 0.4, channels) * np.sqrt(a * d)
         cov = np.zeros((1, channels, 2, 2), np.float32)
         cov[0, :, 0, 0], cov[0, :, 1, 1] = a, d
-        cov[0, :, 0, 1] = cov[0, :, 1, 0] = b
+        cov[0, :, 0, 1] = b
+        cov[0, :, 1, 0] = rng.uniform(-0.4, 0.4, channels) * np.sqrt(a * d)
         sd[f"{prefix}running_cov"] = cov
     else:
         sd[f"{prefix}running_mean"] = np.zeros((channels,), np.complex64)

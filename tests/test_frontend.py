@@ -126,8 +126,11 @@ def test_training_uses_batch_statistics_of_unmasked_frames(rng):
     changed = x.copy()
     changed[1, 2:] = 1e6
     again = bu.to_numpy(layer(changed, training=True, mask=mask))
+    # Equal but for float32 rounding: the statistics' sums run over other
+    # values in the masked slots (zeroed, but summed in another order).
     np.testing.assert_allclose(again[mask], out[mask], rtol=1e-5, atol=1e-6)
-    # Without the mask they do.
+    # Without the mask they do: outputs of order 1 move by far more than
+    # rounding (1e6 in the statistics).
     unmasked = bu.to_numpy(layer(changed, training=True))
     assert not np.allclose(unmasked[mask], out[mask], atol=1e-3)
 
@@ -171,6 +174,7 @@ def test_compiles_under_xla(rng):
     layer.build(x.shape)
     eager = bu.to_numpy(layer(x, training=False))
     compiled = bu.to_numpy(bu.compiled(lambda v: layer(v, training=False))(x))
+    # XLA may fuse and reorder the float32 sums: rounding only.
     np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-6)
 
 
@@ -181,6 +185,19 @@ def test_bad_arguments():
         ComplexFrequencyFrontEnd(filters=(2, 3), kernel_sizes=(3,))
     with pytest.raises(ValueError, match="strides"):
         ComplexFrequencyFrontEnd(filters=(2,), kernel_sizes=3, strides=0)
+    with pytest.raises(ValueError, match="batch_norm_convention='ref'"):
+        ComplexFrequencyFrontEnd(batch_norm_convention="ref")
+    with pytest.raises(ValueError, match="batch_norm_momentum=1.5"):
+        ComplexFrequencyFrontEnd(batch_norm_momentum=1.5)
+    with pytest.raises(ValueError, match="batch_norm_epsilon=0"):
+        ComplexFrequencyFrontEnd(batch_norm_epsilon=0)
+    with pytest.raises(ValueError, match="synchronized=1"):
+        ComplexFrequencyFrontEnd(synchronized=1)
+    with pytest.raises(ValueError, match="activation"):
+        ComplexFrequencyFrontEnd(activation="softmax")
+    # Any sequence of positive ints, a NumPy array included.
+    layer = ComplexFrequencyFrontEnd(np.array([2, 3]), np.array([4, 3]))
+    assert layer.filters == (2, 3) and layer.kernel_sizes == (4, 3)
     with pytest.raises(ValueError, match="bins=10"):
         ComplexFrequencyFrontEnd().build((None, 4, 20))
     with pytest.raises(ValueError, match="input_shape"):

@@ -133,10 +133,12 @@ def test_generate_equals_teacher_forcing_on_its_own_output(rng, tmp_path):
     forced = keras.ops.convert_to_numpy(
         model([spectra[:4], models.shift_right(logits_l)])
     )
+    # The same computation batched differently: float32 rounding (as above).
     np.testing.assert_allclose(forced, logits_l, atol=1e-5)
     np.testing.assert_array_equal(notes_l, logits_l > 0)
-    # The first frame sees only the start token: the same either way; the
-    # two protocols differ later.
+    # The first frame sees only the start token: the same inputs either
+    # way, so rounding only; the two protocols differ later, by far more
+    # than rounding (logits of order 1).
     np.testing.assert_allclose(logits_l[:, 0], logits[:, 0], atol=1e-6)
     assert not np.allclose(logits_l, logits, atol=1e-3)
     # Also on a model loaded from a file.
@@ -160,6 +162,35 @@ def test_generate_bad_arguments(rng):
     classifier = models.music_classifier(frames=3, bins=10, notes=2, **SMALL)
     with pytest.raises(ValueError, match="generator"):
         models.generate(classifier, spectra)
+
+
+@pytest.mark.parametrize(
+    "builder",
+    [
+        models.music_classifier,
+        models.music_generator,
+        models.real_music_classifier,
+    ],
+)
+def test_front_end_arguments_are_checked_by_name(builder):
+    """A front end given unequal lists is an error naming the argument,
+    never fewer blocks than asked for."""
+    size = dict(bins=64, notes=2, embed_dim=8, num_heads=2, num_layers=1)
+    with pytest.raises(ValueError, match="frontend_kernel_sizes"):
+        builder(
+            **size,
+            frontend_filters=(4, 8, 8),
+            frontend_kernel_sizes=(6, 3),
+        )
+    with pytest.raises(ValueError, match="frontend_strides"):
+        builder(
+            **size,
+            frontend_filters=(4, 8),
+            frontend_kernel_sizes=(6, 3),
+            frontend_strides=(2, 2, 2),
+        )
+    with pytest.raises(ValueError, match="frontend_filters"):
+        builder(**size, frontend_filters=(4, 0))
 
 
 @pytest.mark.slow

@@ -997,7 +997,13 @@ def load_reference_state_dict(
             f"state_dict of type {type(state_dict).__name__}"
         )
     if not isinstance(prefix, str):
-        raise ValueError(f"`prefix` must be a string. Received: {prefix!r}")
+        raise ValueError(
+            f"`prefix` must be a string. Received: prefix={prefix!r}"
+        )
+    if not isinstance(strict, bool):
+        raise ValueError(
+            f"`strict` must be True or False. Received: strict={strict!r}"
+        )
     kind, groups, order = _mapping(
         model_or_layer, {"batch_norm_statistics": "trained"}
     )

@@ -5,31 +5,12 @@ import keras
 from keras import ops
 
 from cvattn_keras import _validation as check
+from cvattn_keras import activations
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
 from cvattn_keras.layers._weights import resolve_option
-from cvattn_keras.layers.activations import ComplexActivation
 from cvattn_keras.layers.convolution import ComplexConv1D
 from cvattn_keras.layers.normalization import ComplexBatchNormalization
-
-
-def _positive_ints(value, name, count=None):
-    """A tuple of positive ints (an int is repeated `count` times)."""
-    if count is not None and not isinstance(value, (list, tuple)):
-        value = (value,) * count
-    if not isinstance(value, (list, tuple)) or not value:
-        raise ValueError(
-            f"`{name}` must be a non-empty list of positive integers. "
-            f"Received: {name}={value!r}"
-        )
-    for item in value:
-        check.positive_int(item, name + "[i]")
-    if count is not None and len(value) != count:
-        raise ValueError(
-            f"`{name}` must have one entry per block ({count}). "
-            f"Received: {name}={value!r}"
-        )
-    return tuple(int(item) for item in value)
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -97,11 +78,39 @@ class ComplexFrequencyFrontEnd(keras.layers.Layer):
         bias_initializer="zeros",
         **kwargs,
     ):
-        filters = _positive_ints(filters, "filters")
+        filters = check.positive_ints(filters, "filters")
         blocks = len(filters)
-        kernel_sizes = _positive_ints(kernel_sizes, "kernel_sizes", blocks)
-        strides = _positive_ints(strides, "strides", blocks)
+        kernel_sizes = check.positive_ints(kernel_sizes, "kernel_sizes", blocks)
+        strides = check.positive_ints(strides, "strides", blocks)
+        # Checked here, so that errors name this layer's arguments.
+        batch_norm_momentum = check.rate(
+            batch_norm_momentum, "batch_norm_momentum"
+        )
+        batch_norm_epsilon = check.greater_than(
+            batch_norm_epsilon, "batch_norm_epsilon"
+        )
+        if batch_norm_convention not in ComplexBatchNormalization.CONVENTIONS:
+            raise ValueError(
+                "`batch_norm_convention` must be one of "
+                f"{list(ComplexBatchNormalization.CONVENTIONS)}. Received: "
+                f"batch_norm_convention={batch_norm_convention!r}"
+            )
+        if not isinstance(synchronized, bool):
+            raise ValueError(
+                "`synchronized` must be True or False. "
+                f"Received: synchronized={synchronized!r}"
+            )
+        if not isinstance(activation, str):
+            raise ValueError(
+                "`activation` must be the name of a complex activation. "
+                f"Received: activation={activation!r}"
+            )
+        activation_fn = activations.get(activation)
         super().__init__(**kwargs)
+        # A function, not a layer: its output carries no Keras mask, which
+        # the next convolution could not take (the norms get the frames'
+        # mask explicitly).
+        self._activation = activation_fn
         self.supports_masking = True
         self.filters = filters
         self.kernel_sizes = kernel_sizes
@@ -145,10 +154,6 @@ class ComplexFrequencyFrontEnd(keras.layers.Layer):
             )
             for i in range(blocks)
         ]
-        # A function, not a layer: its output carries no Keras mask, which
-        # the next convolution could not take (the norms get the frames'
-        # mask explicitly).
-        self._activation = ComplexActivation(activation).fn
 
     def lengths(self, bins):
         """The number of bins after each block, for `bins` input bins (a

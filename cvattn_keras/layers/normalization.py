@@ -655,13 +655,13 @@ class ComplexBatchNormalization(keras.layers.Layer):
     batch statistics without averaging; here every step averages with the
     moving statistics (initially zero mean and identity `R`); (3) a batch
     with fewer than 2 unmasked samples has no unbiased variance (the
-    reference gives NaN): here its variances are the biased ones (0) plus
-    epsilon, its output is the bias (its centred data are 0), and the moving
-    statistics stay unchanged; (4) the statistics are computed
-    scale-invariantly (below), where the reference's overflow or lose
-    precision for improper features; (5) `sqrtm(Gamma)` of a singular Gamma
-    (`|w2|` large) uses a floor of 1e-12 on its determinant, as in
-    `ComplexLayerNormalization`.
+    reference never gets one: it skips batches of one sample): here its
+    variances are the biased ones (0) plus epsilon, its output is the bias
+    (its centred data are 0), and the moving statistics stay unchanged;
+    (4) the statistics are computed scale-invariantly (below), where the
+    reference's overflow or lose precision for improper features; (5)
+    `sqrtm(Gamma)` of a singular Gamma (`|w2|` large) uses a floor of 1e-12
+    on its determinant, as in `ComplexLayerNormalization`.
 
     `epsilon` is added to both variances; the reference uses 1e-9. Steps
     masked by Keras masking (or `mask`) are left out of the statistics; a
