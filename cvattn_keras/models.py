@@ -36,6 +36,8 @@ non-trainable weights on top. PyTorch's `numel` reports 14,421,347 and
 parameters once.
 """
 
+import weakref
+
 import keras
 import numpy as np
 
@@ -281,20 +283,47 @@ def shift_right(labels):
 FEEDBACKS = ("notes", "logits")
 
 
-def generate(model, spectra, threshold=0.5, steps=None, feedback="notes"):
+def generate(
+    model,
+    spectra,
+    threshold=0.5,
+    steps=None,
+    feedback="notes",
+    cache=True,
+    jit_compile=True,
+):
     """Greedy autoregressive decoding with a `music_generator` model (also
     one loaded from a `.keras` file).
 
     The decoder is causal, so the logits of frame `t` depend on the
     previous-notes input at frames `<= t` only, i.e. on what was decoded at
-    frames `< t`. Each step runs the model once and feeds the result at
-    `t` back as the previous notes of frame `t + 1`:
+    frames `< t`. Each step feeds the result at `t` back as the previous
+    notes of frame `t + 1`:
 
     - `feedback="notes"` (default): the thresholded notes (0 or 1), the
       same kind of input as the shifted labels of teacher forcing;
     - `feedback="logits"`: the raw logits, the reference's evaluation loop
       (`outputs[:, i] = model(x, tgt=outputs)[:, i]` in its
       `train_gen.py`), which the paper's generation numbers used.
+
+    With `cache=True` (default) the encoder runs once, and the decoder
+    decodes one frame per step with key/value caches in every attention
+    (as keras-hub's `CachedMultiHeadAttention`): the self-attention caches
+    grow by one frame per step, the cross-attention caches hold the
+    encoder's projected keys and values, computed at the first step. The
+    whole loop (`keras.ops.fori_loop`) runs in one compiled call: XLA on
+    TensorFlow, `jax.jit` on JAX, eagerly on PyTorch. It uses the model's
+    layers by name (`notes_as_complex`, `note_embedding`,
+    `target_positions`, `decoder_{i}`, `head_dense`, `head_act`,
+    `head_dropout`, `head_notes`, `note_logits`) and the encoder's output
+    as the decoders' second input. The compiled loop is kept per model,
+    `steps`, `feedback` and `threshold`, so later calls reuse it.
+
+    With `cache=False`, each step re-runs the whole model from Python on
+    all `target_frames` (O(T^2) work). Both give the same logits up to
+    float32 rounding (the projections of one frame and of the whole
+    sequence are matmuls of different shapes), hence the same notes
+    unless a logit lies within that rounding of the threshold.
 
     Args:
         model: a model with inputs `(spectra, previous_notes)`.
@@ -303,10 +332,16 @@ def generate(model, spectra, threshold=0.5, steps=None, feedback="notes"):
             notes, and the feedback with `feedback="notes"`).
         steps: frames to decode (default: all `target_frames`).
         feedback: `"notes"` or `"logits"`, see above.
+        cache: `True` for the cached, compiled decoding; `False` for the
+            full recompute at every step.
+        jit_compile: with `cache=True`, compile the loop (XLA, `jax.jit`;
+            ignored on PyTorch). `False` runs the same loop uncompiled:
+            slower per frame, but without the compilation (seconds) that
+            each new model or argument set costs.
 
     Returns:
         `(notes, logits)`: the decoded multi-hot notes and their logits,
-        each `(B, steps, notes)`.
+        each `(B, steps, notes)`, float32 NumPy arrays.
     """
     if feedback not in FEEDBACKS:
         raise ValueError(
@@ -317,6 +352,11 @@ def generate(model, spectra, threshold=0.5, steps=None, feedback="notes"):
         raise ValueError(
             f"`threshold` must be in (0, 1). Received: threshold={threshold}"
         )
+    for name, value in (("cache", cache), ("jit_compile", jit_compile)):
+        if not isinstance(value, bool):
+            raise ValueError(
+                f"`{name}` must be True or False. Received: {name}={value!r}"
+            )
     if len(model.inputs) != 2:
         raise ValueError(
             "`model` must be a generator with inputs (spectra, "
@@ -330,11 +370,20 @@ def generate(model, spectra, threshold=0.5, steps=None, feedback="notes"):
         raise ValueError(
             f"`steps` must be in [1, {target_frames}]. Received: steps={steps}"
         )
+    cut = np.log(threshold / (1 - threshold))
+    if cache:
+        decoder = _cached_decoder(model, steps, feedback, cut, jit_compile)
+        logits = (
+            decoder.predict_on_batch(spectra)
+            if jit_compile
+            else decoder(spectra)
+        )
+        logits = np.asarray(keras.ops.convert_to_numpy(logits), np.float32)
+        return (logits > cut).astype(np.float32), logits
     batch = spectra.shape[0]
     previous = np.zeros((batch, target_frames, notes), np.float32)
     decoded = np.zeros((batch, steps, notes), np.float32)
     logits = np.zeros((batch, steps, notes), np.float32)
-    cut = np.log(threshold / (1 - threshold))
     for t in range(steps):
         step = keras.ops.convert_to_numpy(
             model([spectra, previous], training=False)
@@ -344,6 +393,145 @@ def generate(model, spectra, threshold=0.5, steps=None, feedback="notes"):
         if t + 1 < target_frames:
             previous[:, t + 1] = step if feedback == "logits" else decoded[:, t]
     return decoded, logits
+
+
+# The compiled decoders of `generate(cache=True)`, per model, then per
+# (steps, feedback, cut): dropped with their model.
+_CACHED_DECODERS = weakref.WeakKeyDictionary()
+
+_HEAD_LAYERS = ("head_dense", "head_act", "head_dropout", "head_notes")
+
+
+def _cached_decoder(model, steps, feedback, cut, jit_compile=True):
+    """The (compiled) `_CachedDecoding` of `model` for these arguments."""
+    decoders = _CACHED_DECODERS.setdefault(model, {})
+    key = (steps, feedback, float(cut), jit_compile)
+    if key not in decoders:
+        decoder = _CachedDecoding(model, steps, feedback, cut)
+        if jit_compile:
+            # XLA / jax.jit; PyTorch runs the loop eagerly.
+            decoder.compile(jit_compile=keras.backend.backend() != "torch")
+        decoders[key] = decoder
+    return decoders[key]
+
+
+def _float32_cut(cut):
+    """The largest float32 `<= cut`: for a float32 logit `x`,
+    `x > cut` exactly when `x > _float32_cut(cut)`, so the compiled
+    feedback thresholds exactly as NumPy does in float64."""
+    low = np.float32(cut)
+    if float(low) > cut:
+        low = np.nextafter(low, np.float32(-np.inf))
+    return float(low)
+
+
+def _decoder_layers(model):
+    """The `decoder_{i}` layers of a generator, in order."""
+    layers, names = [], {layer.name for layer in model.layers}
+    while f"decoder_{len(layers)}" in names:
+        layers.append(model.get_layer(f"decoder_{len(layers)}"))
+    if not layers:
+        raise ValueError(
+            "`model` must be a `music_generator` model with layers named "
+            f"decoder_0, decoder_1, .... Received: model {model.name!r} "
+            "without a layer 'decoder_0'"
+        )
+    return layers
+
+
+class _CachedDecoding(keras.Model):
+    """Greedy decoding of a `music_generator` with key/value caches, one
+    frame per step in a `fori_loop`: `spectra` -> logits
+    `(B, steps, notes)`. Shares the generator's layers (and weights)."""
+
+    def __init__(self, model, steps, feedback, cut):
+        super().__init__(name=f"{model.name}_cached_decoding")
+        self.decoders = _decoder_layers(model)
+        # The encoder's output is the decoders' second input.
+        self.encoder = keras.Model(
+            model.inputs[0], self.decoders[0].input[1], name="encoder"
+        )
+        self.notes_as_complex = model.get_layer("notes_as_complex")
+        self.note_embedding = model.get_layer("note_embedding")
+        self.target_positions = model.get_layer("target_positions")
+        self.head = [model.get_layer(name) for name in _HEAD_LAYERS]
+        self.readout = model.get_layer("note_logits")
+        self.steps = steps
+        self.feedback = feedback
+        self.cut = _float32_cut(cut)
+        self.target_frames = model.inputs[1].shape[1]
+        self.notes = model.inputs[1].shape[2]
+        self.built = True
+
+    def _empty_caches(self, batch, memory):
+        """Zero self- and cross-attention caches of every decoder."""
+        dtype = self.decoders[0].compute_dtype
+        caches = []
+        for decoder in self.decoders:
+            for attention, length in (
+                (decoder.self_attention, self.target_frames),
+                (decoder.cross_attention, keras.ops.shape(memory)[1]),
+            ):
+                heads = (attention.num_heads, 2 * attention.key_dim)
+                caches.append(
+                    keras.ops.zeros((batch, 2, length) + heads, dtype)
+                )
+        return caches[0::2], caches[1::2]
+
+    def _step(self, previous, index, memory, self_caches, cross_caches, fill):
+        """Logits `(B, 1, notes)` of frame `index` from the previous frame's
+        notes `(B, 1, notes)`; the updated caches. `fill`: whether to
+        compute the cross-attention caches (the first step)."""
+        x = self.notes_as_complex(previous)
+        x = self.note_embedding(x)
+        x = self.target_positions(x, start_index=index)
+        new_self, new_cross = [], []
+        for decoder, self_cache, cross_cache in zip(
+            self.decoders, self_caches, cross_caches
+        ):
+            x, self_cache, cross_cache = decoder(
+                x,
+                memory,
+                self_attention_cache=self_cache,
+                self_attention_cache_update_index=index,
+                cross_attention_cache=cross_cache,
+                cross_attention_cache_update_index=0 if fill else None,
+                training=False,
+            )
+            new_self.append(self_cache)
+            new_cross.append(cross_cache)
+        for layer in self.head:
+            x = layer(x, training=False) if layer is self.head[2] else layer(x)
+        return self.readout(x), new_self, new_cross
+
+    def call(self, spectra):
+        ops = keras.ops
+        memory = self.encoder(spectra, training=False)
+        batch = ops.shape(spectra)[0]
+        self_caches, cross_caches = self._empty_caches(batch, memory)
+        start = ops.zeros((batch, 1, self.notes), "float32")
+        first, self_caches, cross_caches = self._step(
+            start, 0, memory, self_caches, cross_caches, fill=True
+        )
+        first = ops.cast(first, "float32")
+        logits = ops.zeros((batch, self.steps, self.notes), "float32")
+        logits = ops.slice_update(logits, [0, 0, 0], first)
+
+        def body(index, state):
+            logits, last, self_caches = state
+            if self.feedback == "notes":
+                last = ops.cast(ops.greater(last, self.cut), "float32")
+            step, self_caches, _ = self._step(
+                last, index, memory, self_caches, cross_caches, fill=False
+            )
+            step = ops.cast(step, "float32")
+            logits = ops.slice_update(logits, [0, index, 0], step)
+            return logits, step, list(self_caches)
+
+        logits, _, _ = ops.fori_loop(
+            1, self.steps, body, (logits, first, list(self_caches))
+        )
+        return logits
 
 
 def real_music_classifier(

@@ -119,7 +119,8 @@ def _trained_generator(rng):
 @pytest.mark.slow
 def test_generate_equals_teacher_forcing_on_its_own_output(rng, tmp_path):
     model, spectra = _trained_generator(rng)
-    notes, logits = models.generate(model, spectra[:4])
+    # Uncompiled (tests/test_cache.py compiles once): the same loop.
+    notes, logits = models.generate(model, spectra[:4], jit_compile=False)
     assert notes.shape == (4, 6, 4) and 0 < notes.mean() < 1
     forced = keras.ops.convert_to_numpy(
         model([spectra[:4], models.shift_right(notes)])
@@ -129,7 +130,9 @@ def test_generate_equals_teacher_forcing_on_its_own_output(rng, tmp_path):
     # feedback="logits" (the reference's loop): the previous frame's raw
     # logits are the decoder's input, so teacher forcing on the shifted
     # logits gives them back.
-    notes_l, logits_l = models.generate(model, spectra[:4], feedback="logits")
+    notes_l, logits_l = models.generate(
+        model, spectra[:4], feedback="logits", jit_compile=False
+    )
     forced = keras.ops.convert_to_numpy(
         model([spectra[:4], models.shift_right(logits_l)])
     )
@@ -144,7 +147,7 @@ def test_generate_equals_teacher_forcing_on_its_own_output(rng, tmp_path):
     # Also on a model loaded from a file.
     model.save(tmp_path / "generator.keras")
     loaded = keras.saving.load_model(tmp_path / "generator.keras")
-    again, _ = models.generate(loaded, spectra[:4], steps=3)
+    again, _ = models.generate(loaded, spectra[:4], steps=3, jit_compile=False)
     np.testing.assert_array_equal(again, notes[:, :3])
 
 

@@ -154,14 +154,40 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         query_mask, value_mask, key_mask: boolean `(B, T)` / `(B, S)`
             masks, filled in by Keras from the inputs' masks (`Masking`,
             `Embedding(mask_zero=True)`); combined with the others by `&`.
+            With a `cache`, `S` is the cache's length `S_max`.
+        cache: optional key/value cache for autoregressive decoding, as
+            keras-hub's `CachedMultiHeadAttention`: a float tensor
+            `(B, 2, S_max, num_heads, 2 * key_dim)` holding the projected
+            keys (`cache[:, 0]`) and values (`cache[:, 1]`) in the per-head
+            stacked layout, each head's features `[Re | Im]` (keys after
+            the rotary encoding, if any). Needs `value_dim == key_dim`.
+            Start from zeros. The attention then runs against the cache's
+            `S_max` keys: `S` above reads `S_max`.
+        cache_update_index: int or scalar int tensor, with `cache` only.
+            If given, the keys and values projected from `key`/`value`
+            (`S_new` rows) are written into the cache at rows
+            `[index, index + S_new)` (`ops.slice_update`), the updated cache
+            is used and returned, and only the filled rows
+            `s < index + S_new` are attended; with `use_causal_mask`, query
+            row `t` stands at position `index + t` and attends to `s <=
+            index + t`. If `None`, the cache is used as it is (e.g. the
+            encoder's keys and values of a cross-attention, computed once
+            with `cache_update_index=0`): `key`/`value` are ignored, every
+            row is attended and a causal mask is top-left aligned.
+        query_start_index: the position of the query's first row for the
+            rotary encoding. Defaults to `cache_update_index`, or 0. (A
+            decoder passes its step index here when it reuses a
+            cross-attention cache.)
 
     A masked key gets weight exactly 0 in every variant; a query row with no
     key to attend gets zero weights and a zero output (before the output
     projection's bias), with finite gradients.
 
     Returns:
-        `(B, T, 2 * output_dim)`, and the weights when
-        `return_attention_scores=True`.
+        `(B, T, 2 * output_dim)`, then the weights when
+        `return_attention_scores=True`, then the cache when one is given
+        (updated, or as received): `output`, `(output, scores)`,
+        `(output, cache)` or `(output, scores, cache)`, as keras-hub's.
 
     Example:
 
@@ -364,28 +390,111 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         query_mask=None,
         value_mask=None,
         key_mask=None,
+        cache=None,
+        cache_update_index=None,
+        query_start_index=None,
     ):
         output_shape = self.compute_output_shape(
             query.shape, value.shape, None if key is None else key.shape
         )
+        self._check_cache(cache, cache_update_index, query.shape, value.shape)
+        keys_shape = self._keys_shape(value.shape, cache)
         self._check_masks(
             query.shape,
-            value.shape,
+            keys_shape,
             query_mask=query_mask,
             value_mask=value_mask,
             key_mask=key_mask,
             attention_mask=attention_mask,
         )
-        output = keras.KerasTensor(output_shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return output
-        scores_shape = (
-            query.shape[0],
+        outputs = [keras.KerasTensor(output_shape, dtype=self.compute_dtype)]
+        if return_attention_scores:
+            scores_shape = (
+                query.shape[0],
+                self.num_heads,
+                query.shape[1],
+                None if keys_shape[1] is None else 2 * keys_shape[1],
+            )
+            outputs.append(
+                keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
+            )
+        if cache is not None:
+            outputs.append(keras.KerasTensor(cache.shape, dtype=cache.dtype))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    # ------------------------------------------------------------------
+    # The key/value cache.
+    # ------------------------------------------------------------------
+
+    @staticmethod
+    def _keys_shape(value_shape, cache):
+        """`(B, S)`: the attended keys' batch and length, the cache's
+        `S_max` when there is a cache."""
+        if cache is None:
+            return tuple(value_shape)[:2]
+        shape = tuple(cache.shape)
+        return shape[0], shape[2]
+
+    def _check_cache(self, cache, cache_update_index, query_shape, value_shape):
+        """Raises a `ValueError` naming the argument for a cache of the
+        wrong shape, or a static `cache_update_index` out of its range
+        `[0, S_max - S_new]` (`S_new` the length of `value`). A tensor
+        index is not checked (its value is only known when it runs)."""
+        if cache is None:
+            if cache_update_index is not None:
+                raise ValueError(
+                    "`cache_update_index` must be `None` when `cache` is "
+                    "`None`. Received: cache=None, "
+                    f"cache_update_index={cache_update_index!r}"
+                )
+            return
+        shape = tuple(cache.shape)
+        if self.value_dim != self.key_dim:
+            raise ValueError(
+                "A `cache` holds keys and values stacked, so it needs "
+                "`value_dim == key_dim`. Received: "
+                f"key_dim={self.key_dim}, value_dim={self.value_dim}, "
+                f"cache.shape={shape}"
+            )
+        expected = (
+            tuple(query_shape)[0],
+            2,
+            None,
             self.num_heads,
-            query.shape[1],
-            None if value.shape[1] is None else 2 * value.shape[1],
+            2 * self.key_dim,
         )
-        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
+        if len(shape) != 5 or any(
+            size is not None and want is not None and size != want
+            for size, want in zip(shape, expected)
+        ):
+            layout = ", ".join(
+                "S_max" if e is None else str(e) for e in expected
+            )
+            raise ValueError(
+                "`cache` must have shape (B, 2, S_max, num_heads, "
+                f"2 * key_dim) = ({layout}). Received: cache.shape={shape}"
+            )
+        if cache_update_index is None:
+            return
+        index = cache_update_index
+        if isinstance(index, np.ndarray) and index.ndim == 0:
+            index = index.item()
+        if isinstance(index, (bool, np.bool_, float, np.floating)):
+            raise ValueError(
+                "`cache_update_index` must be an int or an int tensor. "
+                f"Received: cache_update_index={cache_update_index!r}"
+            )
+        if not isinstance(index, (int, np.integer)):
+            return  # a tensor: checked when it runs, not here
+        new, length = tuple(value_shape)[1], shape[2]
+        high = None if None in (new, length) else length - new
+        if index < 0 or (high is not None and index > high):
+            raise ValueError(
+                "`cache_update_index` must be in [0, S_max - S_new] = "
+                f"[0, {'S_max - S_new' if high is None else high}] "
+                f"(S_max={length}, the cache's length; S_new={new}, the "
+                f"value's). Received: cache_update_index={int(index)}"
+            )
 
     # ------------------------------------------------------------------
     # Masks.
@@ -430,13 +539,16 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         key_mask=None,
         attention_mask=None,
         use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
     ):
         """Merges every mask source into one boolean mask, `True` = attend,
         of rank 4 broadcastable to `(B, N, T, S)`, or `None` when there is
-        nothing to mask."""
+        nothing to mask. With a cache, `S` is its length, and with a
+        `cache_update_index` the rows beyond the filled part are masked."""
         self._check_masks(
             query.shape,
-            value.shape,
+            self._keys_shape(value.shape, cache),
             query_mask=query_mask,
             value_mask=value_mask,
             key_mask=key_mask,
@@ -456,8 +568,15 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             if mask is not None:  # (B, S) -> (B, 1, 1, S)
                 mask = ops.cast(mask, "bool")
                 masks.append(ops.expand_dims(mask, (1, 2)))
-        if use_causal_mask:  # (1, 1, T, S)
-            causal = self._compute_causal_mask(query, value)
+        if cache is not None and cache_update_index is not None:
+            masks.append(
+                self._compute_cache_mask(
+                    query, value, cache, cache_update_index, use_causal_mask
+                )
+            )
+        elif use_causal_mask:  # (1, 1, T, S)
+            keys = value if cache is None else cache[:, 0]
+            causal = self._compute_causal_mask(query, keys)
             masks.append(ops.expand_dims(causal, (0, 1)))
         if not masks:
             return None
@@ -471,6 +590,18 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         rows = ops.arange(ops.shape(query)[1], dtype="int32")[:, None]
         cols = ops.arange(ops.shape(value)[1], dtype="int32")[None, :]
         return ops.greater_equal(rows, cols)
+
+    def _compute_cache_mask(self, query, value, cache, index, causal):
+        """`(1, 1, T|1, S_max)`, `True` on the cache rows filled so far,
+        `s < index + S_new`, and with `causal` only on `s <= index + t`
+        (query row `t` at position `index + t`)."""
+        index = ops.cast(index, "int32")
+        rows = ops.arange(ops.shape(query)[1], dtype="int32")[:, None]
+        cols = ops.arange(ops.shape(cache)[2], dtype="int32")[None, :]
+        filled = ops.less(cols, index + ops.shape(value)[1])
+        if causal:
+            filled = ops.logical_and(filled, ops.less_equal(cols, rows + index))
+        return ops.expand_dims(filled, (0, 1))
 
     # ------------------------------------------------------------------
     # Projections in and out of the per-head layout.
@@ -512,10 +643,14 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         query_mask=None,
         value_mask=None,
         key_mask=None,
+        cache=None,
+        cache_update_index=None,
+        query_start_index=None,
     ):
         if key is None:
             key = value
         self._check_shapes(query.shape, value.shape, key.shape)
+        self._check_cache(cache, cache_update_index, query.shape, value.shape)
         mask = self._compute_attention_mask(
             query,
             value,
@@ -524,22 +659,46 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             key_mask=key_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
+            cache=cache,
+            cache_update_index=cache_update_index,
         )
+        # The position of the first new key (and, by default, query) row.
+        start = 0 if cache_update_index is None else cache_update_index
+        if query_start_index is None:
+            query_start_index = start
         # (B, T, N, 2H), (B, S, N, 2H), (B, S, N, 2V)
         query = self._project_to_heads(self.query_dense, query, self.key_dim)
-        key = self._project_to_heads(self.key_dense, key, self.key_dim)
         if self.rotary is not None:
             # Feature j at position p turns by exp(i p theta_j): the scores
             # <q_t, k_s> then depend on t - s (see ComplexRotaryEmbedding).
-            query, key = self.rotary(query), self.rotary(key)
-        value = self._project_to_heads(self.value_dense, value, self.value_dim)
+            query = self.rotary(query, start_index=query_start_index)
+        if cache is not None and cache_update_index is None:
+            key, value = cache[:, 0], cache[:, 1]  # reused as they are
+        else:
+            key = self._project_to_heads(self.key_dense, key, self.key_dim)
+            if self.rotary is not None:
+                key = self.rotary(key, start_index=start)
+            value = self._project_to_heads(
+                self.value_dense, value, self.value_dim
+            )
+            if cache is not None:
+                at = [0, ops.cast(cache_update_index, "int32"), 0, 0]
+                key = ops.slice_update(
+                    cache[:, 0], at, ops.cast(key, cache.dtype)
+                )
+                value = ops.slice_update(
+                    cache[:, 1], at, ops.cast(value, cache.dtype)
+                )
+                cache = ops.stack([key, value], axis=1)
         outputs, scores = self._compute_attention(
             query, key, value, mask, training, return_attention_scores
         )
-        outputs = self._project_from_heads(outputs)  # (B, T, 2O)
+        outputs = [self._project_from_heads(outputs)]  # (B, T, 2O)
         if return_attention_scores:
-            return outputs, scores
-        return outputs
+            outputs.append(scores)
+        if cache is not None:
+            outputs.append(cache)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _compute_attention(
         self,

@@ -400,6 +400,33 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             self-attention `(B, N, T, 2T)` and of the cross-attention
             `(B, N, T, 2S)` (or `None`), as a tuple.
         training: whether dropout is active.
+        self_attention_cache: optional key/value cache of the
+            self-attention, `(B, 2, T_max, num_heads, 2 * key_dim)` (see
+            `ComplexMultiHeadAttention`), for decoding a few steps at a
+            time as keras-hub's `TransformerDecoder`.
+        self_attention_cache_update_index: int or int tensor, the position
+            of `decoder_sequence`'s first step: its keys and values are
+            written there, and with `use_causal_mask` step `t` attends to
+            the cached positions `<= index + t`. `None` uses the cache as
+            it is.
+        cross_attention_cache: optional key/value cache of the
+            cross-attention, `(B, 2, S, num_heads, 2 * key_dim)`. Given
+            with a cross-attention iff `self_attention_cache` is.
+        cross_attention_cache_update_index: `0` to compute the encoder's
+            keys and values into the cache, `None` (default) to reuse it
+            (`encoder_sequence` is then not read).
+
+    With caches, the attention masks span the cache's length (`T_max`,
+    `S`), and `decoder_padding_mask` is not accepted (the padding of the
+    earlier, cached steps is unknown here: pass a `self_attention_mask`
+    `(B, T, T_max)` instead).
+
+    Returns:
+        `outputs` `(B, T, 2E)`; then `(self_scores, cross_scores)` when
+        `return_attention_scores`; then, with caches, the self-attention's
+        updated cache and, with a cross-attention, the cross-attention's:
+        `outputs`, `(outputs, scores)`, `(outputs, self_cache[,
+        cross_cache])` or `(outputs, scores, self_cache[, cross_cache])`.
 """
     )
 
@@ -429,6 +456,10 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
         use_causal_mask=True,
         return_attention_scores=False,
         training=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        cross_attention_cache_update_index=None,
     ):
         if (encoder_sequence is None) != (self.cross_attention is None):
             raise ValueError(
@@ -436,6 +467,14 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
                 + ("with" if self.cross_attention is not None else "without")
                 + " an `encoder_sequence` and must be called the same way."
             )
+        self._check_caches(
+            encoder_sequence,
+            decoder_padding_mask,
+            self_attention_cache,
+            self_attention_cache_update_index,
+            cross_attention_cache,
+            cross_attention_cache_update_index,
+        )
         self._check_decoder_masks(
             decoder_sequence.shape,
             None if encoder_sequence is None else encoder_sequence.shape,
@@ -443,6 +482,8 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             encoder_padding_mask,
             self_attention_mask,
             cross_attention_mask,
+            self_attention_cache,
+            cross_attention_cache,
         )
         # As Keras masks would: the decoder's padding masks its
         # self-attention (queries and keys), the encoder's the keys of the
@@ -457,15 +498,27 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             return_attention_scores=return_attention_scores,
             training=training,
         )
+        caches = {}
+
+        def cached(name, layer, cache, **kwargs):
+            """Calls `layer`, keeps its cache in `caches[name]` and returns
+            the output, with the scores if asked."""
+            if cache is None:
+                return layer(**kwargs, **options)
+            *result, caches[name] = layer(cache=cache, **kwargs, **options)
+            return tuple(result) if len(result) > 1 else result[0]
 
         def attend_self(x):
-            return self.self_attention(
-                x,
-                x,
+            return cached(
+                "self",
+                self.self_attention,
+                self_attention_cache,
+                query=x,
+                value=x,
                 attention_mask=self_attention_mask,
                 use_causal_mask=use_causal_mask,
+                cache_update_index=self_attention_cache_update_index,
                 **self_masks,
-                **options,
             )
 
         x, self_scores = self._residual(
@@ -476,14 +529,23 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             cross_masks = {}
             if encoder_padding_mask is not None:
                 cross_masks["value_mask"] = encoder_padding_mask
+            if cross_attention_cache is not None:
+                # The rotary encoding (if any) places the queries at the
+                # positions of the decoded steps, as without a cache.
+                cross_masks["query_start_index"] = (
+                    self_attention_cache_update_index
+                )
 
             def attend_encoder(x):
-                return self.cross_attention(
-                    x,
-                    encoder_sequence,
+                return cached(
+                    "cross",
+                    self.cross_attention,
+                    cross_attention_cache,
+                    query=x,
+                    value=encoder_sequence,
                     attention_mask=cross_attention_mask,
+                    cache_update_index=cross_attention_cache_update_index,
                     **cross_masks,
-                    **options,
                 )
 
             x, cross_scores = self._residual(
@@ -494,9 +556,72 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             self.feedforward_norm,
             lambda h: self._feedforward(h, training),
         )
+        outputs = [x]
         if return_attention_scores:
-            return x, (self_scores, cross_scores)
-        return x
+            outputs.append((self_scores, cross_scores))
+        outputs.extend(
+            caches[name] for name in ("self", "cross") if name in caches
+        )
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _check_caches(
+        self,
+        encoder_sequence,
+        decoder_padding_mask,
+        self_attention_cache,
+        self_attention_cache_update_index,
+        cross_attention_cache,
+        cross_attention_cache_update_index,
+    ):
+        """Raises a `ValueError` naming the argument for caches that do not
+        go together (the shapes and indices are checked by the attention
+        layers)."""
+        received = (
+            f"Received: self_attention_cache="
+            f"{_describe(self_attention_cache)}, cross_attention_cache="
+            f"{_describe(cross_attention_cache)}"
+        )
+        if encoder_sequence is None and cross_attention_cache is not None:
+            raise ValueError(
+                "`cross_attention_cache` needs a cross-attention: this "
+                "decoder was built without an `encoder_sequence`. " + received
+            )
+        if encoder_sequence is not None and (
+            (self_attention_cache is None) != (cross_attention_cache is None)
+        ):
+            raise ValueError(
+                "`self_attention_cache` and `cross_attention_cache` must both "
+                "be given or both be `None` in a decoder with a "
+                "cross-attention. " + received
+            )
+        for name, index, cache in (
+            (
+                "self_attention_cache_update_index",
+                self_attention_cache_update_index,
+                self_attention_cache,
+            ),
+            (
+                "cross_attention_cache_update_index",
+                cross_attention_cache_update_index,
+                cross_attention_cache,
+            ),
+        ):
+            if index is not None and cache is None:
+                raise ValueError(
+                    f"`{name}` must be `None` without its cache. Received: "
+                    f"{name}={index!r}"
+                )
+        if (
+            self_attention_cache is not None
+            and decoder_padding_mask is not None
+        ):
+            raise ValueError(
+                "`decoder_padding_mask` cannot be used with a "
+                "`self_attention_cache` (the padding of the cached steps is "
+                "unknown); pass a `self_attention_mask` (B, T, T_max) "
+                "instead. Received: decoder_padding_mask.shape="
+                f"{tuple(mask_shape(decoder_padding_mask))}"
+            )
 
     def _check_decoder_masks(
         self,
@@ -506,7 +631,11 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
         encoder_padding_mask,
         self_attention_mask,
         cross_attention_mask,
+        self_attention_cache=None,
+        cross_attention_cache=None,
     ):
+        # With caches, the keys span the caches' lengths.
+        keys_shape = _cached_keys_shape(decoder_shape, self_attention_cache)
         padding = {
             "decoder_padding_mask": (
                 decoder_padding_mask,
@@ -518,10 +647,13 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             "self_attention_mask": (
                 self_attention_mask,
                 decoder_shape,
-                decoder_shape,
+                keys_shape,
             )
         }
         if encoder_shape is not None:
+            encoder_shape = _cached_keys_shape(
+                encoder_shape, cross_attention_cache
+            )
             padding["encoder_padding_mask"] = (
                 encoder_padding_mask,
                 encoder_shape,
@@ -548,8 +680,20 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
         self_attention_mask=None,
         cross_attention_mask=None,
         return_attention_scores=False,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        cross_attention_cache_update_index=None,
         **kwargs,
     ):
+        self._check_caches(
+            encoder_sequence,
+            decoder_padding_mask,
+            self_attention_cache,
+            self_attention_cache_update_index,
+            cross_attention_cache,
+            cross_attention_cache_update_index,
+        )
         self._check_decoder_masks(
             decoder_sequence.shape,
             None if encoder_sequence is None else encoder_sequence.shape,
@@ -557,14 +701,14 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             encoder_padding_mask,
             self_attention_mask,
             cross_attention_mask,
+            self_attention_cache,
+            cross_attention_cache,
         )
         shape = decoder_sequence.shape
-        output = keras.KerasTensor(shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return output
+        outputs = [keras.KerasTensor(shape, dtype=self.compute_dtype)]
 
-        def scores(keys):
-            length = keys.shape[1]
+        def scores(keys_shape):
+            length = keys_shape[1]
             return keras.KerasTensor(
                 (
                     shape[0],
@@ -575,5 +719,37 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
                 self.compute_dtype,
             )
 
-        cross = None if encoder_sequence is None else scores(encoder_sequence)
-        return output, (scores(decoder_sequence), cross)
+        if return_attention_scores:
+            cross = None
+            if encoder_sequence is not None:
+                cross = scores(
+                    _cached_keys_shape(
+                        encoder_sequence.shape, cross_attention_cache
+                    )
+                )
+            self_scores = scores(
+                _cached_keys_shape(shape, self_attention_cache)
+            )
+            outputs.append((self_scores, cross))
+        for cache in (self_attention_cache, cross_attention_cache):
+            if cache is not None:
+                outputs.append(keras.KerasTensor(cache.shape, cache.dtype))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _cached_keys_shape(sequence_shape, cache):
+    """The shape of the attended keys: the sequence's, or with a cache
+    `(B, S_max, ...)` from the cache `(B, 2, S_max, N, 2H)`."""
+    if cache is None:
+        return tuple(sequence_shape)
+    shape = tuple(cache.shape)
+    return (shape[0], shape[2] if len(shape) > 2 else None) + tuple(
+        sequence_shape
+    )[2:]
+
+
+def _describe(tensor):
+    """`None`, or a tensor by its shape (for error messages)."""
+    if tensor is None:
+        return "None"
+    return f"<tensor of shape {tuple(mask_shape(tensor))}>"
