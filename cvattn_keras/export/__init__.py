@@ -17,8 +17,21 @@ backend-independent) and converts it in a subprocess that runs this
 package's command line under `KERAS_BACKEND=tensorflow`; verification runs
 on LiteRT under any backend.
 
+Full-integer files (`quantization="full_int8"` or `"int16x8"`) for NPUs,
+DSPs and the Edge TPU are always converted in such a subprocess (under
+every backend): TensorFlow 2.21's quantizer can crash the whole process
+(a segmentation fault) on some graphs, which must not take the caller
+down with it.
+
+`batch_size=` (and `sequence_length=`) give a graph of static shapes, with
+no shape arithmetic, as GPU delegates and NPUs need;
+`cvattn_keras.export.gpu.check_gpu_compatibility` (also in
+`verify_tflite`'s report) lists what the TFLite GPU delegate would leave
+to the CPU.
+
 From the shell (under any `KERAS_BACKEND`): `python -m cvattn_keras.export
-MODEL.keras OUT.tflite [--quantize float16|dynamic_int8|int8] [--verify]
+MODEL.keras OUT.tflite [--quantize float16|dynamic_int8|int8|full_int8|
+int16x8] [--static-batch N] [--static-length L] [--verify]
 [--overwrite]`.
 """
 
@@ -38,21 +51,43 @@ import keras
 import numpy as np
 
 from cvattn_keras import attention as core
+from cvattn_keras.export import gpu
+from cvattn_keras.export.gpu import check_gpu_compatibility
 
 __all__ = [
+    "FloatFallbackError",
     "QUANTIZATIONS",
     "SUBPROCESS_TIMEOUT",
     "TFLiteReport",
+    "TensorInfo",
     "UnsupportedOpsError",
+    "check_gpu_compatibility",
     "export_tflite",
+    "gpu",
     "verify_tflite",
 ]
 
-QUANTIZATIONS = (None, "float16", "dynamic_int8", "int8")
+QUANTIZATIONS = (
+    None,
+    "float16",
+    "dynamic_int8",
+    "int8",
+    "full_int8",
+    "int16x8",
+)
+
+# The modes calibrated on `representative_data`, and the full-integer ones
+# among them (integer inputs and outputs, no float kernel allowed).
+_CALIBRATED = ("int8", "full_int8", "int16x8")
+_FULL_INTEGER = ("full_int8", "int16x8")
 
 # Seconds that an export through the TensorFlow subprocess (under a
 # backend other than TensorFlow) may take before it is stopped.
 SUBPROCESS_TIMEOUT = 900
+
+# Set in the environment of the export subprocess, which then converts
+# in its own process (the full-integer modes included).
+_CHILD_ENV = "CVATTN_KERAS_EXPORT_SUBPROCESS"
 
 # TensorFlow ops that exist only for complex dtypes.
 _COMPLEX_OPS = {"Angle", "Complex", "ComplexAbs", "Conj", "Imag", "Real"}
@@ -111,9 +146,76 @@ class UnsupportedOpsError(ValueError):
         )
 
 
+class FloatFallbackError(UnsupportedOpsError):
+    """A full-integer conversion (`"full_int8"`, `"int16x8"`) met operators
+    with no integer kernel: the converter left them float (full_int8) or
+    refused them (int16x8), and an NPU, DSP or Edge TPU could not run
+    them. No file is written.
+
+    Attributes:
+        ops: the TFLite operators that stayed float, e.g. `["CEIL", "NEG"]`.
+        layers: the model's layers (`outer/inner` for a layer inside a
+            layer) whose tensors they compute.
+        details: one line per float operator: `OP -> tensor name` (for
+            int16x8, `OP: no int16 activation kernel`).
+        quantization: the mode that was asked for.
+    """
+
+    def __init__(self, ops, layers, details=(), quantization="full_int8"):
+        ValueError.__init__(self)
+        self.ops = list(ops)
+        self.layers = list(layers)
+        self.details = list(details)
+        self.involves_complex = False
+        self.quantization = quantization
+        where = (
+            f" They compute tensors of layer(s) {self.layers}."
+            if self.layers
+            else ""
+        )
+        shown = "; ".join(self.details[:6])
+        self.args = (
+            f"quantization={quantization!r} needs an integer kernel for "
+            f"every operator, but {self.ops} have none in this converter "
+            "(they would stay float, which integer-only accelerators cannot "
+            f"run); no file was written.{where} Use quantization='int8' "
+            "(integer kernels with a float fallback) for this model, or "
+            "rewrite those computations with integer-friendly ops."
+            + (f" Float ops: {shown}" if shown else ""),
+        )
+
+
 class _OutputExistsError(FileExistsError, ValueError):
     """The output file exists and `overwrite=False` (a `FileExistsError`
     and, as every bad argument of this library, a `ValueError`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """One input or output of a `.tflite` file, as the interpreter sees it.
+
+    Attributes:
+        name: the signature name (the model's input name, or `output_0`,
+            `output_1`, ...).
+        dtype: e.g. `"float32"`, `"int8"`, `"bool"`.
+        shape: the file's shape; `-1` marks a dynamic dimension.
+        scale, zero_point: the affine quantization of an integer tensor
+            (`real = scale * (q - zero_point)`); `None` for a tensor that is
+            not quantized.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple
+    scale: float = None
+    zero_point: int = None
+
+    def __str__(self):
+        shape = "x".join("?" if d < 0 else str(d) for d in self.shape)
+        text = f"{self.name}: {self.dtype}[{shape}]"
+        if self.scale is not None:
+            text += f" scale {self.scale:.6g} zero point {self.zero_point}"
+        return text
 
 
 @dataclasses.dataclass
@@ -125,7 +227,8 @@ class TFLiteReport:
         size_bytes: its size.
         ops: the operators in the file, sorted.
         non_builtin_ops: those that are not TFLite builtins (Flex or custom).
-        max_abs_error: the largest |LiteRT - Keras| over all outputs.
+        max_abs_error: the largest |LiteRT - Keras| over all outputs (the
+            outputs of an integer file dequantized first).
         max_rel_error: `max_abs_error` divided by the largest |Keras output|
             (a scale-free figure that, unlike an elementwise ratio, does not
             blow up on outputs near 0).
@@ -133,6 +236,12 @@ class TFLiteReport:
             verified batch (set inputs, invoke, read outputs), with
             LiteRT's default CPU delegate (XNNPACK).
         batch_size: the batch the figures were measured on.
+        inputs, outputs: a `TensorInfo` per input and output of the file:
+            name, dtype, shape (`-1`: dynamic), and the scale and zero
+            point of an integer (quantized) tensor.
+        gpu: a `gpu.GpuCompatibility`: whether the TFLite GPU delegate
+            would run every op (`gpu.compatible`) and, if not, which ops
+            fall back to the CPU and why (`gpu.fallbacks`).
     """
 
     path: str
@@ -143,6 +252,9 @@ class TFLiteReport:
     max_rel_error: float
     median_latency_ms: float
     batch_size: int
+    inputs: tuple = ()
+    outputs: tuple = ()
+    gpu: object = None
 
     @property
     def builtin_only(self):
@@ -150,19 +262,24 @@ class TFLiteReport:
 
     def __str__(self):
         flagged = ", ".join(self.non_builtin_ops) or "none"
-        return "\n".join(
-            [
-                f"TFLite file      {self.path}",
-                f"size             {self.size_bytes / 1024:.1f} KiB",
-                f"ops              {', '.join(self.ops)}",
-                f"non-builtin ops  {flagged}",
-                f"max abs error    {self.max_abs_error:.3g} (vs Keras)",
-                f"max rel error    {self.max_rel_error:.3g} "
-                "(abs error / max |output|)",
-                f"median latency   {self.median_latency_ms:.3f} ms "
-                f"(batch {self.batch_size})",
-            ]
-        )
+        lines = [
+            f"TFLite file      {self.path}",
+            f"size             {self.size_bytes / 1024:.1f} KiB",
+            f"ops              {', '.join(self.ops)}",
+            f"non-builtin ops  {flagged}",
+        ]
+        lines += [f"input            {info}" for info in self.inputs]
+        lines += [f"output           {info}" for info in self.outputs]
+        lines += [
+            f"max abs error    {self.max_abs_error:.3g} (vs Keras)",
+            f"max rel error    {self.max_rel_error:.3g} "
+            "(abs error / max |output|)",
+            f"median latency   {self.median_latency_ms:.3f} ms "
+            f"(batch {self.batch_size})",
+        ]
+        if self.gpu is not None:
+            lines.append(f"GPU delegate     {self.gpu}")
+        return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------
@@ -236,6 +353,85 @@ def _check_num_samples(value):
             f"num_calibration_samples={value}"
         )
     return int(value)
+
+
+def _check_positive(value, name):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(
+            f"`{name}` must be a positive int or None. Received: "
+            f"{name}={value!r}"
+        )
+    if value < 1:
+        raise ValueError(
+            f"`{name}` must be a positive int or None. Received: {name}={value}"
+        )
+    return int(value)
+
+
+def _static_shapes(model, batch_size, sequence_length):
+    """The input shapes to trace with: axis 0 set to `batch_size`, and
+    axis 1 set to `sequence_length` in every input whose axis 1 is unknown;
+    `None` when neither is given (the model's own shapes, dynamic batch).
+    """
+    batch_size = _check_positive(batch_size, "batch_size")
+    sequence_length = _check_positive(sequence_length, "sequence_length")
+    if batch_size is None and sequence_length is None:
+        return None
+    shapes = [list(tensor.shape) for tensor in model.inputs]
+    names = _input_names(model)
+    if sequence_length is not None:
+        unknown = [s for s in shapes if len(s) > 1 and s[1] is None]
+        if not unknown:
+            fixed = {name: s[1] for name, s in zip(names, shapes) if len(s) > 1}
+            if not fixed or shapes[0][1:2] != [sequence_length]:
+                raise ValueError(
+                    "`sequence_length` fixes axis 1 of the inputs whose "
+                    "axis 1 is unknown, but the model's inputs have fixed "
+                    f"lengths {fixed} (axis 1), so it cannot take another "
+                    "one; pass sequence_length=None (or the first input's "
+                    f"length). Received: sequence_length={sequence_length}"
+                )
+        for shape in unknown:
+            shape[1] = sequence_length
+    if batch_size is not None:
+        for name, shape in zip(names, shapes):
+            shape[0] = batch_size
+            if None in shape[1:]:
+                raise ValueError(
+                    f"With `batch_size`, every input dimension must be "
+                    f"static, but input {name!r} has shape "
+                    f"{tuple(shape)} after fixing the batch"
+                    + (
+                        " and axis 1"
+                        if sequence_length is not None
+                        else "; pass `sequence_length` for axis 1"
+                    )
+                    + f". Received: batch_size={batch_size}, "
+                    f"sequence_length={sequence_length}"
+                )
+    return [tuple(shape) for shape in shapes]
+
+
+def _input_signature(model, shapes):
+    """Keras' export input signature of `model` with the given shapes (in
+    `model.inputs` order)."""
+    from keras.src.export.export_utils import get_input_signature
+
+    signature = get_input_signature(model)
+    specs = keras.tree.flatten(signature)
+    if len(specs) != len(shapes):
+        raise ValueError(
+            f"`batch_size` / `sequence_length` need a model whose export "
+            f"signature matches its {len(shapes)} inputs; model "
+            f"{model.name!r} has {len(specs)}."
+        )
+    fixed = [
+        keras.InputSpec(dtype=spec.dtype, shape=shape, name=spec.name)
+        for spec, shape in zip(specs, shapes)
+    ]
+    return keras.tree.pack_sequence_as(signature, fixed)
 
 
 def _input_names(model):
@@ -373,15 +569,17 @@ def _check_calibration_data(model, data):
         )
 
 
-def _representative_dataset(model, data, num_samples, counter):
-    """A converter calibration generator: one sample at a time, as a dict
-    keyed by the signature's input names, each in its input's dtype.
-    `counter[0]` counts the samples the converter drew."""
+def _representative_dataset(model, data, num_samples, counter, batch=None):
+    """A converter calibration generator: one sample at a time (or, with a
+    static `batch`, `batch` samples at a time, the last batch completed
+    with the first samples), as a dict keyed by the signature's input
+    names, each in its input's dtype. `counter[0]` counts the samples the
+    converter drew."""
     names = _input_names(model)
     if callable(data):
         dtypes = _input_dtypes(model)
 
-        def generator():
+        def samples():
             for sample in data():
                 if counter[0] >= num_samples:
                     return
@@ -399,16 +597,43 @@ def _representative_dataset(model, data, num_samples, counter):
                     for name, array, dtype in zip(names, sample, dtypes)
                 }
 
-        return generator
+        if batch is None:
+            return samples
+
+        def batches():
+            # Each sample of a callable carries its own batch axis (of 1
+            # usually): concatenate, then cut into static batches.
+            drawn = list(samples())
+            if not drawn:
+                return
+            arrays = [
+                np.concatenate([sample[name] for sample in drawn])
+                for name in names
+            ]
+            yield from _batched(names, arrays, len(arrays[0]), batch)
+
+        return batches
     arrays = _as_input_list(model, data, "representative_data")
     count = min(len(arrays[0]), num_samples)
 
     def generator():
+        if batch is not None:
+            counter[0] += count
+            yield from _batched(names, arrays, count, batch)
+            return
         for i in range(count):
             counter[0] += 1
             yield {name: a[i : i + 1] for name, a in zip(names, arrays)}
 
     return generator
+
+
+def _batched(names, arrays, count, batch):
+    """The first `count` samples of `arrays` in batches of `batch`, the
+    last one completed by wrapping around to the first samples."""
+    for start in range(0, count, batch):
+        index = np.arange(start, start + batch) % count
+        yield {name: a[index] for name, a in zip(names, arrays)}
 
 
 # ----------------------------------------------------------------------
@@ -435,6 +660,33 @@ def _layers_in(message, model):
         candidate = scope if scope in names else re.sub(r"_\d+$", "", scope)
         if candidate in names and candidate not in found:
             found.append(candidate)
+    return found
+
+
+def _all_layer_names(model):
+    """The names of `model`'s layers and of the layers inside them."""
+    names = set()
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        names.add(layer.name)
+    return names
+
+
+def _layers_of_tensors(tensor_names, model):
+    """The layers that compute the named tensors of a converted file, as
+    `outer/inner` paths: a name `model_1/encoder_0_1/norm_1/Neg` gives
+    `encoder_0/norm` (Keras suffixes scope names with `_1`)."""
+    names = _all_layer_names(model)
+    found = []
+    for tensor in tensor_names:
+        path = []
+        for scope in tensor.split(";")[0].split("/")[:-1]:
+            for candidate in (scope, re.sub(r"_\d+$", "", scope)):
+                if candidate in names:
+                    path.append(candidate)
+                    break
+        layer = "/".join(path)
+        if layer and layer not in found:
+            found.append(layer)
     return found
 
 
@@ -484,21 +736,29 @@ def export_tflite(
     representative_data=None,
     num_calibration_samples=100,
     overwrite=True,
+    batch_size=None,
+    sequence_length=None,
 ):
     """Converts a Keras model to a `.tflite` file with TFLite builtin ops only.
 
-    The model is traced as a TensorFlow SavedModel (its batch dimension, and
-    any other `None` dimension of its inputs, stays dynamic) and converted
-    with `TFLITE_BUILTINS` alone, never `SELECT_TF_OPS`. Attention masks are
-    traced with `cvattn_keras.attention.portable_masking`, which keeps every
+    The model is traced as a TensorFlow SavedModel and converted with
+    TFLite builtin kernels alone, never `SELECT_TF_OPS`. By default its
+    batch dimension, and any other `None` dimension of its inputs, stays
+    dynamic; `batch_size` (and `sequence_length`) trace it with static
+    shapes instead, so that the file has no shape arithmetic (no SHAPE,
+    BROADCAST_TO, PACK, GATHER or REDUCE_PROD on shapes) and no dynamic
+    dimension, as GPU delegates and NPUs need. Attention masks are traced
+    with `cvattn_keras.attention.portable_masking`, which keeps every
     tensor in the data's range, as quantization needs.
 
-    Conversion needs TensorFlow. Under another Keras backend the model is
-    saved to a temporary `.keras` file and converted by
-    `python -m cvattn_keras.export` under `KERAS_BACKEND=tensorflow` in a
-    subprocess (stopped after `SUBPROCESS_TIMEOUT` seconds); the model must
-    then be serializable (`model.save` works) and its custom layers
-    registered in an importable module.
+    Conversion needs TensorFlow. Under another Keras backend, and for the
+    full-integer modes under every backend, the model is saved to a
+    temporary `.keras` file and converted by `python -m cvattn_keras.export`
+    under `KERAS_BACKEND=tensorflow` in a subprocess (stopped after
+    `SUBPROCESS_TIMEOUT` seconds): the model must then be serializable
+    (`model.save` works) and its custom layers registered in an importable
+    module. (TensorFlow 2.21's full-integer quantizer can crash its process
+    on some graphs; in a subprocess that is an error, not a crash.)
 
     The file is written whole or not at all (through a temporary file in
     the same directory).
@@ -506,34 +766,66 @@ def export_tflite(
     Args:
         model: a `keras.Model` with defined inputs.
         path: the output file; must end in `.tflite`.
-        quantization: `None` (float32), `"float16"` (float16 weights),
-            `"dynamic_int8"` (int8 weights, dynamic-range activations) or
+        quantization: one of `QUANTIZATIONS`:
+            `None` (float32);
+            `"float16"` (float16 weights);
+            `"dynamic_int8"` (int8 weights, dynamic-range activations);
             `"int8"` (int8 weights and activations, calibrated on
-            `representative_data`; float inputs and outputs, float fallback
-            for ops without an int8 kernel).
-        representative_data: for `"int8"`: an array (one input), a list of
-            arrays (one per model input, in order) or a dict keyed by input
-            name, samples on the first axis, each input in its own dtype
-            (bool masks as bool); or a callable returning a fresh iterable
-            of per-sample inputs on each call, as TFLite's converter takes
-            (it is called once more, to check that it yields a sample). It
-            must hold at least one sample.
+            `representative_data`; float inputs and outputs, float
+            fallback for ops without an int8 kernel);
+            `"full_int8"` (integer only, for NPUs, DSPs and the Edge TPU:
+            `TFLITE_BUILTINS_INT8` kernels alone, int8 weights and
+            activations calibrated on `representative_data`, and int8
+            float inputs and outputs, each with the scale and zero point
+            that `verify_tflite`'s report shows; bool and integer inputs,
+            such as masks or ids, keep their dtype);
+            `"int16x8"` (int16 activations and int8 weights, calibrated on
+            `representative_data`, for accuracy-sensitive models: the
+            `EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8`
+            kernels alone, int16 float inputs and outputs with zero point
+            0; no float fallback either).
+            In both full-integer modes an op without an integer kernel
+            would stay float (the converter's fallback): the file is then
+            not written and a `FloatFallbackError` names the ops and the
+            layers.
+        representative_data: for `"int8"`, `"full_int8"` and `"int16x8"`
+            (required there, refused otherwise): an array (one input), a
+            list of arrays (one per model input, in order) or a dict keyed
+            by input name, samples on the first axis, each input in its
+            own dtype (bool masks as bool); or a callable returning a fresh
+            iterable of per-sample inputs on each call, as TFLite's
+            converter takes (it is called once more, to check that it
+            yields a sample). It must hold at least one sample. With
+            `batch_size`, the converter draws batches of `batch_size`
+            samples (the last one completed with the first samples).
         num_calibration_samples: positive int, how many samples of
             `representative_data` to calibrate on (at most).
         overwrite: whether to replace an existing file at `path`, as in
             `keras.Model.save` (default `True`, as there). With `False` an
             existing file is kept and a `FileExistsError` (which is also a
             `ValueError`) is raised, before any conversion.
+        batch_size: `None` (a dynamic batch) or a positive int: the file's
+            static batch. Every other input dimension must then be static
+            too (give `sequence_length` for an unknown axis 1); the file
+            only runs on batches of that size.
+        sequence_length: `None` or a positive int: the static length of
+            axis 1 of every input whose axis 1 is `None` (inputs whose
+            axis 1 is fixed keep their length). A model whose inputs all
+            have a fixed axis 1 takes only its first input's length.
 
     Returns:
         The path of the written file.
 
     Raises:
         ValueError: bad arguments (`path` a directory, an existing file
-            with `overwrite=False`, no or empty calibration data for
-            `"int8"`), or no TensorFlow to convert with.
+            with `overwrite=False`, no or empty calibration data for a
+            calibrated mode, a non-positive `batch_size` or
+            `sequence_length`, a `sequence_length` the model cannot take),
+            or no TensorFlow to convert with.
         UnsupportedOpsError: the model needs an op with no builtin kernel;
             the error names the op and the layer.
+        FloatFallbackError: (an `UnsupportedOpsError`) a full-integer mode
+            left float ops; the error names the ops and the layers.
     """
     path = _check_output(path, overwrite)
     if quantization not in QUANTIZATIONS:
@@ -542,60 +834,100 @@ def export_tflite(
             f"Received: quantization={quantization!r}"
         )
     num_calibration_samples = _check_num_samples(num_calibration_samples)
-    if quantization == "int8" and representative_data is None:
+    if quantization in _CALIBRATED and representative_data is None:
         raise ValueError(
-            "`quantization='int8'` calibrates activation ranges and needs "
-            "`representative_data` (a few hundred typical inputs). "
-            "Received: representative_data=None"
+            f"`quantization={quantization!r}` calibrates activation ranges "
+            "and needs `representative_data` (a few hundred typical "
+            "inputs). Received: representative_data=None"
         )
-    if quantization != "int8" and representative_data is not None:
+    if quantization not in _CALIBRATED and representative_data is not None:
         raise ValueError(
-            "`representative_data` is used only with quantization='int8'. "
-            f"Received: quantization={quantization!r}"
+            "`representative_data` is used only with quantization='int8', "
+            "'full_int8' or 'int16x8' (the calibrated modes). Received: "
+            f"quantization={quantization!r}"
         )
     _check_model(model)
-    if keras.backend.backend() != "tensorflow":
-        if quantization == "int8":
+    shapes = _static_shapes(model, batch_size, sequence_length)
+    static_batch = None if shapes is None or batch_size is None else batch_size
+    in_child = os.environ.get(_CHILD_ENV) == "1"
+    if keras.backend.backend() != "tensorflow" or (
+        quantization in _FULL_INTEGER and not in_child
+    ):
+        if quantization in _CALIBRATED:
             representative_data = _calibration_arrays(
                 model, representative_data, num_calibration_samples
             )
         flatbuffer = _convert_in_subprocess(
-            model, quantization, representative_data
+            model,
+            quantization,
+            representative_data,
+            batch_size=batch_size,
+            sequence_length=sequence_length,
         )
     else:
-        if quantization == "int8":
+        if quantization in _CALIBRATED:
             # Validate (dtypes, shapes, at least one sample) before tracing.
             _check_calibration_data(model, representative_data)
         flatbuffer = _convert(
-            model, quantization, representative_data, num_calibration_samples
+            model,
+            quantization,
+            representative_data,
+            num_calibration_samples,
+            shapes=shapes,
+            static_batch=static_batch,
         )
     _write(path, flatbuffer, overwrite)
     return path
 
 
-def _convert(model, quantization, representative_data, num_samples):
+def _convert(
+    model,
+    quantization,
+    representative_data,
+    num_samples,
+    shapes=None,
+    static_batch=None,
+):
     """The `.tflite` flatbuffer of `model`, converted in this process (the
-    TensorFlow backend)."""
+    TensorFlow backend), traced with the input `shapes` if given."""
     import tensorflow as tf
     from tensorflow.lite.python.convert_phase import ConverterError
 
     counter = [0]
+    signature = None if shapes is None else _input_signature(model, shapes)
     with tempfile.TemporaryDirectory() as saved_model:
         with core.portable_masking():
-            model.export(saved_model, format="tf_saved_model", verbose=False)
+            model.export(
+                saved_model,
+                format="tf_saved_model",
+                verbose=False,
+                input_signature=signature,
+            )
         converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if quantization is not None:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if quantization == "float16":
             converter.target_spec.supported_types = [tf.float16]
-        if quantization == "int8":
+        if quantization in _CALIBRATED:
             converter.representative_dataset = _representative_dataset(
-                model, representative_data, num_samples, counter
+                model, representative_data, num_samples, counter, static_batch
             )
+        if quantization == "full_int8":
+            converter.target_spec.supported_ops = [
+                tf.lite.OpsSet.TFLITE_BUILTINS_INT8
+            ]
+            converter.inference_input_type = tf.int8
+            converter.inference_output_type = tf.int8
+        if quantization == "int16x8":
+            converter.target_spec.supported_ops = [
+                tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8  # noqa: E501
+            ]
+            converter.inference_input_type = tf.int16
+            converter.inference_output_type = tf.int16
         try:
             with warnings.catch_warnings():
-                # int8 calibration runs TensorFlow's own deprecated
+                # Calibration runs TensorFlow's own deprecated
                 # tf.lite.Interpreter internally; the warning is not ours.
                 warnings.filterwarnings(
                     "ignore",
@@ -604,16 +936,81 @@ def _convert(model, quantization, representative_data, num_samples):
                 flatbuffer = converter.convert()
         except ConverterError as error:
             _raise_unsupported(error, model)
-    if quantization == "int8" and counter[0] == 0:
+        except RuntimeError as error:
+            refused = re.findall(
+                r"Quantization to 16x8-bit not yet supported for op: "
+                r"'(\w+)'",
+                str(error),
+            )
+            if not refused:
+                raise
+            raise FloatFallbackError(
+                sorted(set(refused)),
+                [],
+                [f"{op}: no int16 activation kernel" for op in refused],
+                quantization,
+            ) from None
+    if quantization in _CALIBRATED and counter[0] == 0:
         # TensorFlow's converter would silently write a float model.
         raise ValueError(
             "`representative_data` yielded no samples; int8 calibration "
             "needs at least one. Received: an empty iterable."
         )
+    if quantization in _FULL_INTEGER:
+        _check_no_float_ops(flatbuffer, model, quantization)
     return flatbuffer
 
 
-def _convert_in_subprocess(model, quantization, representative_arrays):
+def _check_no_float_ops(flatbuffer, model, quantization):
+    """Raises `FloatFallbackError` if a full-integer file computes any
+    float tensor (QUANTIZE / DEQUANTIZE at a float op's boundary are part
+    of that fallback, not reported on their own)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    tflite = schema.ModelT.InitFromPackedBuf(flatbuffer, 0)
+    op_names = {
+        code: name
+        for name, code in vars(schema.BuiltinOperator).items()
+        if not name.startswith("_")
+    }
+    floats = {schema.TensorType.FLOAT32, schema.TensorType.FLOAT16}
+    ops, details, tensor_names = set(), [], []
+    for subgraph in tflite.subgraphs or []:
+        for operator in subgraph.operators or []:
+            code = tflite.operatorCodes[operator.opcodeIndex]
+            name = op_names.get(
+                max(code.builtinCode, code.deprecatedBuiltinCode), "CUSTOM"
+            )
+            if name in ("QUANTIZE", "DEQUANTIZE"):
+                continue
+            indices = [i for i in operator.inputs if i >= 0]
+            indices += list(operator.outputs)
+            float_tensors = [
+                subgraph.tensors[i]
+                for i in indices
+                if subgraph.tensors[i].type in floats
+            ]
+            if float_tensors:
+                ops.add(name)
+                output = subgraph.tensors[operator.outputs[0]].name.decode()
+                details.append(f"{name} -> {output}")
+                tensor_names.append(output)
+    if ops:
+        raise FloatFallbackError(
+            sorted(ops),
+            _layers_of_tensors(tensor_names, model),
+            details,
+            quantization,
+        )
+
+
+def _convert_in_subprocess(
+    model,
+    quantization,
+    representative_arrays,
+    batch_size=None,
+    sequence_length=None,
+):
     """The `.tflite` flatbuffer of `model`, converted by this package's
     command line in a subprocess under `KERAS_BACKEND=tensorflow`."""
     backend = keras.backend.backend()
@@ -630,10 +1027,11 @@ def _convert_in_subprocess(model, quantization, representative_arrays):
             model.save(model_path)
         except Exception as error:
             raise ValueError(
-                f"Under the {backend!r} backend, export_tflite converts a "
-                "saved copy of the model under TensorFlow, but the model "
-                f"could not be saved: {error}. Make it serializable, or "
-                "export under KERAS_BACKEND=tensorflow."
+                f"Under the {backend!r} backend (and for full-integer "
+                "modes), export_tflite converts a saved copy of the model "
+                f"under TensorFlow, but the model could not be saved: "
+                f"{error}. Make it serializable, or export under "
+                "KERAS_BACKEND=tensorflow."
             ) from error
         output = os.path.join(directory, "model.tflite")
         error_file = os.path.join(directory, "error.json")
@@ -649,7 +1047,11 @@ def _convert_in_subprocess(model, quantization, representative_arrays):
         ]
         if quantization is not None:
             command += ["--quantize", quantization]
-        if quantization == "int8":
+        if batch_size is not None:
+            command += ["--static-batch", str(batch_size)]
+        if sequence_length is not None:
+            command += ["--static-length", str(sequence_length)]
+        if quantization in _CALIBRATED:
             data = os.path.join(directory, "calibration.npz")
             names = _input_names(model)
             np.savez(data, **dict(zip(names, representative_arrays)))
@@ -660,6 +1062,7 @@ def _convert_in_subprocess(model, quantization, representative_arrays):
                 str(len(representative_arrays[0])),
             ]
         env = dict(os.environ, KERAS_BACKEND="tensorflow")
+        env[_CHILD_ENV] = "1"  # the child converts in its own process
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         try:
             done = subprocess.run(
@@ -677,18 +1080,25 @@ def _convert_in_subprocess(model, quantization, representative_arrays):
                 "KERAS_BACKEND=tensorflow."
             ) from None
         if done.returncode != 0:
-            _raise_subprocess_error(done, error_file, backend)
+            _raise_subprocess_error(done, error_file, backend, quantization)
         with open(output, "rb") as f:
             return f.read()
 
 
-def _raise_subprocess_error(done, error_file, backend):
+def _raise_subprocess_error(done, error_file, backend, quantization=None):
     if os.path.exists(error_file):
         with open(error_file) as f:
             failure = json.load(f)
         if failure["kind"] == "unsupported":
             raise UnsupportedOpsError(
                 failure["ops"], failure["layers"], failure["details"]
+            )
+        if failure["kind"] == "float_fallback":
+            raise FloatFallbackError(
+                failure["ops"],
+                failure["layers"],
+                failure["details"],
+                failure["quantization"],
             )
         if failure["kind"] == "load":
             raise ValueError(
@@ -704,6 +1114,16 @@ def _raise_subprocess_error(done, error_file, backend):
             f"The TensorFlow export subprocess failed: {failure['message']}"
         )
     tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+    if done.returncode < 0:
+        raise RuntimeError(
+            f"TensorFlow's converter crashed (signal {-done.returncode}) "
+            f"in the export subprocess"
+            + (f" while quantizing to {quantization!r}" if quantization else "")
+            + ". With a full-integer mode this is TensorFlow 2.21's "
+            "quantizer failing on a tensor it cannot quantize (e.g. "
+            "'scale out of expressed type range': a tensor whose "
+            "calibrated range is empty). Its last output:\n" + tail
+        )
     raise RuntimeError(
         f"The TensorFlow export subprocess failed (exit status "
         f"{done.returncode}):\n{tail}"
@@ -782,8 +1202,56 @@ def _ordered_outputs(results):
     return [results[name] for name in sorted(results, key=index)]
 
 
-def _feed(runner, names, arrays, path):
-    """The inputs keyed by signature name, each in the file's dtype."""
+def _quantization(detail):
+    """`(scale, zero_point)` of an interpreter tensor detail, or `None`
+    for a tensor that is not quantized."""
+    scale, zero_point = detail.get("quantization", (0.0, 0))
+    if not scale:
+        return None
+    return float(scale), int(zero_point)
+
+
+def _tensor_info(name, detail):
+    quantized = _quantization(detail)
+    signature = detail.get("shape_signature")
+    shape = (
+        signature
+        if signature is not None and len(signature)
+        else (detail["shape"])
+    )
+    return TensorInfo(
+        name=name,
+        dtype=np.dtype(detail["dtype"]).name,
+        shape=tuple(int(d) for d in shape),
+        scale=None if quantized is None else quantized[0],
+        zero_point=None if quantized is None else quantized[1],
+    )
+
+
+def _quantize(array, detail):
+    """A float array as the integer input `detail` describes:
+    `round(x / scale) + zero_point`, saturated to the integer range."""
+    scale, zero_point = _quantization(detail)
+    dtype = np.dtype(detail["dtype"])
+    limits = np.iinfo(dtype)
+    q = np.round(array.astype("float64") / scale) + zero_point
+    return np.clip(q, limits.min, limits.max).astype(dtype)
+
+
+def _dequantize(array, detail):
+    """An integer output as float64: `scale * (q - zero_point)`."""
+    quantized = _quantization(detail)
+    if quantized is None or not np.issubdtype(array.dtype, np.integer):
+        return array
+    scale, zero_point = quantized
+    return scale * (array.astype("float64") - zero_point)
+
+
+def _feed(runner, model, arrays, path):
+    """The inputs keyed by signature name, each in the file's dtype: a
+    float input of an integer (quantized) file is quantized with the
+    file's scale and zero point."""
+    names = _input_names(model)
     details = runner.get_input_details()
     missing = sorted(set(names) - set(details))
     if missing:
@@ -791,10 +1259,37 @@ def _feed(runner, names, arrays, path):
             f"{path!r} has inputs {sorted(details)}, not the model's "
             f"{missing}: was it exported from this model?"
         )
-    return {
-        name: _cast(array, details[name]["dtype"], f"`inputs` for {name!r}")
-        for name, array in zip(names, arrays)
-    }
+    feed = {}
+    for name, array, dtype in zip(names, arrays, _input_dtypes(model)):
+        detail = details[name]
+        signature = detail.get("shape_signature")
+        if signature is not None and len(signature) == array.ndim:
+            fixed = [
+                (axis, want)
+                for axis, want in enumerate(signature)
+                if want >= 0 and array.shape[axis] != want
+            ]
+            if fixed:
+                axis, want = fixed[0]
+                what = "batch" if axis == 0 else f"axis {axis}"
+                raise ValueError(
+                    f"{path!r} has a static {what} of {want} for input "
+                    f"{name!r} (exported with batch_size / "
+                    f"sequence_length), but `inputs` has shape "
+                    f"{array.shape}. Give inputs of shape "
+                    f"{tuple(int(d) for d in signature)}."
+                )
+        quantized = _quantization(detail)
+        target = np.dtype(detail["dtype"])
+        if (
+            quantized is not None
+            and np.issubdtype(target, np.integer)
+            and np.issubdtype(np.dtype(dtype), np.floating)
+        ):
+            feed[name] = _quantize(array, detail)
+        else:
+            feed[name] = _cast(array, target, f"`inputs` for {name!r}")
+    return feed
 
 
 def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
@@ -808,12 +1303,19 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
             of arrays (one per model input) or a dict keyed by input name,
             each in its input's dtype (a bool mask as bool; floats are cast
             to float inputs). The file is resized to their shapes where its
-            dimensions are dynamic.
+            dimensions are dynamic; a static file (`batch_size=`) takes
+            only its own shapes. Float inputs of an integer file
+            (`"full_int8"`, `"int16x8"`) are quantized with the file's
+            scale and zero point, and its integer outputs dequantized, so
+            that the errors compare with those of float files.
         num_runs: how many invocations the median latency is taken over.
         num_threads: LiteRT CPU threads (`None`: LiteRT's default).
 
     Returns:
-        A `TFLiteReport` (its `str` is a printable table).
+        A `TFLiteReport` (its `str` is a printable table): the errors, the
+        latency, every input and output (dtype, shape, scale and zero
+        point) and the GPU delegate's compatibility
+        (`gpu.check_gpu_compatibility`).
 
     Raises:
         ValueError: bad arguments (a missing, empty, non-TFLite file or a
@@ -845,8 +1347,15 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
         raise ValueError(
             f"LiteRT cannot load {path!r}: {error}".rstrip()
         ) from None
-    feed = _feed(runner, _input_names(model), arrays, path)
-    got = _ordered_outputs(runner(**feed))
+    feed = _feed(runner, model, arrays, path)
+    results = runner(**feed)
+    output_details = runner.get_output_details()
+    got = _ordered_outputs(
+        {
+            name: _dequantize(value, output_details[name])
+            for name, value in results.items()
+        }
+    )
     expected = model(arrays if len(arrays) > 1 else arrays[0], training=False)
     expected = [
         keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(expected)
@@ -877,4 +1386,13 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
         max_rel_error=max_abs / scale if scale > 0 else max_abs,
         median_latency_ms=1e3 * statistics.median(timings),
         batch_size=int(arrays[0].shape[0]),
+        inputs=tuple(
+            _tensor_info(name, runner.get_input_details()[name])
+            for name in _input_names(model)
+        ),
+        outputs=tuple(
+            _tensor_info(name, output_details[name])
+            for name in _ordered_outputs({n: n for n in output_details})
+        ),
+        gpu=check_gpu_compatibility(path),
     )

@@ -1,7 +1,8 @@
 """Command line: export a saved `.keras` model to TFLite and verify it.
 
     python -m cvattn_keras.export MODEL.keras OUT.tflite \\
-        [--quantize float16|dynamic_int8|int8] [--verify] [--overwrite]
+        [--quantize float16|dynamic_int8|int8|full_int8|int16x8] \\
+        [--static-batch N] [--static-length L] [--verify] [--overwrite]
 
 It works under any `KERAS_BACKEND`: conversion needs TensorFlow, so under
 another backend the command runs itself again in a subprocess under
@@ -9,8 +10,19 @@ another backend the command runs itself again in a subprocess under
 
 The model is loaded with `safe_mode=True` (`--no-safe-mode` for trusted
 files with `Lambda` layers). An existing OUT is refused unless
-`--overwrite` is given. Verification and, without `--representative-data`,
-int8 calibration use random inputs of the model's input shapes and dtypes:
+`--overwrite` is given.
+
+`--static-batch N` writes a file with a static batch of N (and
+`--static-length L` a static length L on axis 1 of the inputs where it is
+unknown): static shapes and no shape arithmetic, as GPU delegates and NPUs
+need (`export_tflite(batch_size=N, sequence_length=L)`). They shape the
+file. `--batch-size` and `--sequence-length` only shape the random inputs
+of `--verify` and of the calibration (they default to the static sizes
+when these are given, and must match them).
+
+Verification and, without `--representative-data`, the calibration of the
+calibrated modes (int8, full_int8, int16x8) use random inputs of the
+model's input shapes and dtypes:
 standard normal floats, bools (True with probability 0.8), integers in
 `[0, n)` where `n` is the smallest `input_dim` of the model's layers (2 if
 none has one). `--representative-data FILE.npz` calibrates int8 on real
@@ -154,16 +166,34 @@ def _parser():
         help="run the file on LiteRT and compare with Keras",
     )
     parser.add_argument(
+        "--static-batch",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="write a file with a static batch of N: static shapes, no "
+        "shape ops (for GPU delegates and NPUs; default: dynamic batch)",
+    )
+    parser.add_argument(
+        "--static-length",
+        type=_positive_int,
+        default=None,
+        metavar="L",
+        help="with a static file, the length of axis 1 of the inputs "
+        "where it is unknown",
+    )
+    parser.add_argument(
         "--batch-size",
         type=_positive_int,
-        default=4,
-        help="batch of random inputs for --verify (default 4)",
+        default=None,
+        help="batch of the random inputs of --verify (default: the "
+        "static batch, else 4)",
     )
     parser.add_argument(
         "--sequence-length",
         type=_positive_int,
         default=None,
-        help="size of the model's unknown non-batch input dimensions",
+        help="size of the unknown non-batch dimensions of the random "
+        "inputs (default: --static-length)",
     )
     parser.add_argument(
         "--calibration-samples",
@@ -175,8 +205,8 @@ def _parser():
         "--representative-data",
         default=None,
         metavar="FILE.npz",
-        help="int8 calibration data, one array per model input keyed by "
-        "input name (default: random inputs)",
+        help="calibration data (int8, full_int8, int16x8), one array per "
+        "model input keyed by input name (default: random inputs)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -222,8 +252,25 @@ def main(argv=None):
             f"OUTPUT {args.output!r} already exists; pass --overwrite to "
             "replace it"
         )
-    if args.representative_data and args.quantize != "int8":
-        fail("--representative-data is used only with --quantize int8")
+    calibrated = [q for q in export._CALIBRATED]
+    if args.representative_data and args.quantize not in calibrated:
+        fail(
+            "--representative-data is used only with --quantize "
+            + "|".join(calibrated)
+        )
+    for flag, given, static in (
+        ("--batch-size", args.batch_size, args.static_batch),
+        ("--sequence-length", args.sequence_length, args.static_length),
+    ):
+        if given is not None and static is not None and given != static:
+            fail(
+                f"{flag} {given} differs from the static size {static} of "
+                "the file (--static-batch / --static-length); leave it out"
+            )
+    if args.batch_size is None:
+        args.batch_size = args.static_batch or 4
+    if args.sequence_length is None:
+        args.sequence_length = args.static_length
     if not os.path.isfile(args.model):
         fail(f"no such model file: {args.model!r}", kind="load")
     if not zipfile.is_zipfile(args.model):
@@ -255,7 +302,7 @@ def main(argv=None):
         )
     try:
         representative = None
-        if args.quantize == "int8":
+        if args.quantize in calibrated:
             if args.representative_data:
                 representative = _load_npz(
                     args.representative_data, model, fail
@@ -274,7 +321,22 @@ def main(argv=None):
             representative_data=representative,
             num_calibration_samples=args.calibration_samples,
             overwrite=args.overwrite,
+            batch_size=args.static_batch,
+            sequence_length=args.static_length,
         )
+    except export.FloatFallbackError as error:
+        _record(
+            args,
+            {
+                "kind": "float_fallback",
+                "ops": error.ops,
+                "layers": error.layers,
+                "details": error.details,
+                "quantization": error.quantization,
+            },
+        )
+        print(f"error: {_one_line(error)}", file=sys.stderr)
+        return 1
     except export.UnsupportedOpsError as error:
         _record(
             args,
@@ -296,9 +358,10 @@ def main(argv=None):
         _record(args, {"kind": "other", "message": message})
         print(f"error: {message}", file=sys.stderr)
         return 1
+    static = f", static batch {args.static_batch}" if args.static_batch else ""
     print(
         f"wrote {path} ({os.path.getsize(path) / 1024:.1f} KiB, "
-        f"quantization: {args.quantize or 'none (float32)'})"
+        f"quantization: {args.quantize or 'none (float32)'}{static})"
     )
     if args.verify:
         inputs = random_inputs(
