@@ -248,7 +248,10 @@ def test_paper_models_with_a_static_batch(tmp_path, name):
     dimension, and the GPU delegate leaves nothing but the known fallbacks
     to the CPU."""
     model = _paper_model(name)
-    for mode in (None, "float16"):
+    # The generator's float32 file has the float16 file's ops (without the
+    # weights' DEQUANTIZE): float16 only, for time.
+    modes = (None, "float16") if name == "music_classifier" else ("float16",)
+    for mode in modes:
         path = cvk.export.export_tflite(
             model, tmp_path / f"{mode}.tflite", quantization=mode, batch_size=1
         )
