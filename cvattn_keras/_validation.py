@@ -3,6 +3,7 @@ Python number (NumPy scalars accepted) or raises a `ValueError` naming the
 argument and echoing what was received. Real-valued checks reject inf and
 NaN."""
 
+import argparse
 import math
 import numbers
 
@@ -90,3 +91,19 @@ def positive_ints(value, name, count=None):
             f"Received: {name}={value!r}"
         )
     return tuple(int(item) for item in items)
+
+
+def positive_int_argument(text):
+    """An `argparse` type for the command lines: a positive int, or the
+    parser's one-line error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive integer, got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive integer, got {value}"
+        )
+    return value

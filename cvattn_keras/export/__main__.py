@@ -46,22 +46,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from cvattn_keras import _validation as check  # noqa: E402
 from cvattn_keras import export  # noqa: E402
-
-
-def _positive_int(text):
-    """An argparse type: a positive int, or a one-line error."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be a positive integer, got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be a positive integer, got {value}"
-        )
-    return value
 
 
 def _smallest_input_dim(model):
@@ -167,7 +153,7 @@ def _parser():
     )
     parser.add_argument(
         "--static-batch",
-        type=_positive_int,
+        type=check.positive_int_argument,
         default=None,
         metavar="N",
         help="write a file with a static batch of N: static shapes, no "
@@ -175,7 +161,7 @@ def _parser():
     )
     parser.add_argument(
         "--static-length",
-        type=_positive_int,
+        type=check.positive_int_argument,
         default=None,
         metavar="L",
         help="with a static file, the length of axis 1 of the inputs "
@@ -183,21 +169,21 @@ def _parser():
     )
     parser.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=check.positive_int_argument,
         default=None,
         help="batch of the random inputs of --verify (default: the "
         "static batch, else 4)",
     )
     parser.add_argument(
         "--sequence-length",
-        type=_positive_int,
+        type=check.positive_int_argument,
         default=None,
         help="size of the unknown non-batch dimensions of the random "
         "inputs (default: --static-length)",
     )
     parser.add_argument(
         "--calibration-samples",
-        type=_positive_int,
+        type=check.positive_int_argument,
         default=200,
         help="samples to calibrate int8 on (default 200)",
     )

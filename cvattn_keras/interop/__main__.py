@@ -34,6 +34,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from cvattn_keras import _validation as check  # noqa: E402
 from cvattn_keras import attention  # noqa: E402
 from cvattn_keras import interop  # noqa: E402
 from cvattn_keras import models  # noqa: E402
@@ -47,20 +48,6 @@ DEFAULT_NUM_HEADS = 8
 
 class CommandError(Exception):
     """A one-line error for the user (exit status 2)."""
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be a positive integer, got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be a positive integer, got {value}"
-        )
-    return value
 
 
 def _parser():
@@ -88,14 +75,22 @@ def _parser():
     )
     parser.add_argument(
         "--bins",
-        type=_positive_int,
+        type=check.positive_int_argument,
         help="frequency bins per frame (default 2048 if it fits)",
     )
-    parser.add_argument("--frames", type=_positive_int, default=64)
-    parser.add_argument("--source-frames", type=_positive_int, default=43)
-    parser.add_argument("--target-frames", type=_positive_int, default=21)
     parser.add_argument(
-        "--num-heads", type=_positive_int, default=DEFAULT_NUM_HEADS
+        "--frames", type=check.positive_int_argument, default=64
+    )
+    parser.add_argument(
+        "--source-frames", type=check.positive_int_argument, default=43
+    )
+    parser.add_argument(
+        "--target-frames", type=check.positive_int_argument, default=21
+    )
+    parser.add_argument(
+        "--num-heads",
+        type=check.positive_int_argument,
+        default=DEFAULT_NUM_HEADS,
     )
     parser.add_argument(
         "--prefix",
