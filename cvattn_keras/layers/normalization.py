@@ -814,13 +814,9 @@ class ComplexBatchNormalization(keras.layers.Layer):
                 self.moving_var_ii,
                 self.moving_cov_ri,
             )
-            for variable, batch in zip(moving, stats):
-                old = weight(variable)
-                updated = self.momentum * old + (1.0 - self.momentum) * batch
-                # A batch with no unmasked step (or B = 0) has no
-                # statistics: the moving ones stay as they are.
-                updated = ops.where(count > 0, updated, old)
-                variable.assign(ops.cast(updated, variable.dtype))
+            # A batch with no unmasked step (or B = 0) has no statistics:
+            # the moving ones stay as they are.
+            self._update_moving(moving, stats, count > 0, dtype)
         else:
             real, imag = cx.split(x)  # (B, ..., E) each
             real = real - weight(self.moving_mean_real)
@@ -839,6 +835,16 @@ class ComplexBatchNormalization(keras.layers.Layer):
         return ops.cast(
             ops.concatenate([real, imag], axis=-1), self.compute_dtype
         )
+
+    def _update_moving(self, variables, values, keep, dtype):
+        """`moving = momentum * moving + (1 - momentum) * value` for each
+        pair, computed in `dtype`, where `keep` holds; elsewhere the
+        moving statistics stay as they are."""
+        for variable, value in zip(variables, values):
+            old = ops.cast(variable, dtype)
+            updated = self.momentum * old + (1.0 - self.momentum) * value
+            updated = ops.where(keep, updated, old)
+            variable.assign(ops.cast(updated, variable.dtype))
 
     def _scale_matrix(self, dtype):
         """`sqrtm(Gamma)` entries `(p, q, r)` (reference convention)."""
@@ -865,13 +871,9 @@ class ComplexBatchNormalization(keras.layers.Layer):
             mean_r, mean_i, _, _, _, w_rr, w_ii, w_ri = stats
             # The batch's R is symmetric: ri = ir.
             batch = (mean_r, mean_i, w_rr, w_ri, w_ri, w_ii)
-            for variable, value in zip(moving, batch):
-                old = weight(variable)
-                updated = self.momentum * old + (1.0 - self.momentum) * value
-                # Fewer than 2 unmasked samples: no unbiased variance, the
-                # moving statistics stay as they are.
-                updated = ops.where(number > 1, updated, old)
-                variable.assign(ops.cast(updated, variable.dtype))
+            # Fewer than 2 unmasked samples: no unbiased variance, the
+            # moving statistics stay as they are.
+            self._update_moving(moving, batch, number > 1, dtype)
         else:
             real, imag = cx.split(x)  # (B, ..., E) each
             real = real - weight(self.moving_mean_real)
