@@ -219,3 +219,28 @@ def norm_at_init(name, z):
         return naive_layer_norm(z, ones, ones, zeros, zeros, 1e-5)
     power = (np.abs(z) ** 2).mean(-1, keepdims=True)
     return z / np.sqrt(power + 1e-6)
+
+
+# The LayerNorm fixtures of reference-semantics.md (initial parameters):
+# (tokens, outputs), printed to 6 decimals there.
+LAYER_NORM_FIXTURES = [
+    ([1, 1j, -1, -1j], 1.224745 * np.array([1, 1j, -1, -1j])),
+    (
+        [2 + 1j, -2 - 1j, 1, -1],
+        [
+            0.923484 + 0.885178j,
+            -0.923484 - 0.885178j,
+            0.643215 - 0.362945j,
+            -0.643215 + 0.362945j,
+        ],
+    ),
+    (
+        [3 + 1j, 1 + 2j, -1, 1 - 1j],
+        [
+            1.207404 + 0.228274j,
+            -0.126132 + 1.189350j,
+            -1.207404 - 0.228274j,
+            0.126132 - 1.189350j,
+        ],
+    ),
+]

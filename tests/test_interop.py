@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import numpy_reference  # noqa: E402
 import reference_model as ref  # noqa: E402
 
 from cvattn_keras import interop  # noqa: E402
@@ -174,28 +175,7 @@ def test_layer_norm_is_reference(rng):
 
 
 @pytest.mark.parametrize(
-    "tokens, expected",
-    [
-        ([1, 1j, -1, -1j], 1.224745 * np.array([1, 1j, -1, -1j])),
-        (
-            [2 + 1j, -2 - 1j, 1, -1],
-            [
-                0.923484 + 0.885178j,
-                -0.923484 - 0.885178j,
-                0.643215 - 0.362945j,
-                -0.643215 + 0.362945j,
-            ],
-        ),
-        (
-            [3 + 1j, 1 + 2j, -1, 1 - 1j],
-            [
-                1.207404 + 0.228274j,
-                -0.126132 + 1.189350j,
-                -1.207404 - 0.228274j,
-                0.126132 - 1.189350j,
-            ],
-        ),
-    ],
+    "tokens, expected", numpy_reference.LAYER_NORM_FIXTURES
 )
 def test_layer_norm_fixtures_at_initial_parameters(tokens, expected):
     # The fixtures of reference-semantics.md, through a reference-named
