@@ -50,6 +50,7 @@ import warnings
 import keras
 import numpy as np
 
+from cvattn_keras import _tracing
 from cvattn_keras import attention as core
 from cvattn_keras.export import gpu
 from cvattn_keras.export.gpu import check_gpu_compatibility
@@ -896,7 +897,10 @@ def _convert(
     counter = [0]
     signature = None if shapes is None else _input_signature(model, shapes)
     with tempfile.TemporaryDirectory() as saved_model:
-        with core.portable_masking():
+        with (
+            core.portable_masking(),
+            _tracing.for_export(plain_statistics=quantization in _CALIBRATED),
+        ):
             model.export(
                 saved_model,
                 format="tf_saved_model",

@@ -1,0 +1,49 @@
+"""How the layers trace their graph: for training and inference (the
+default), or for a TFLite file.
+
+`cvattn_keras.export` traces models inside `for_export`. The layers then
+pick formulations that compute the same numbers but suit the converter and
+the integer kernels:
+
+- `weights_once()`: complex kernels are applied so that the converter keeps
+  `W_r` and `W_i` once, instead of folding them into a block kernel
+  `[[W_r, W_i], [-W_i, W_r]]` that stores every real weight twice.
+- `plain_statistics()`: the normalizations compute their statistics
+  without the power-of-two rescaling that guards float training against
+  overflow (its CEIL / FLOOR / POW ops have no integer kernels); only for
+  the calibrated modes, whose ranges are bounded by calibration anyway.
+
+Outside `for_export` both are False. Masking has its own, public, context:
+`cvattn_keras.attention.portable_masking`, which `for_export` does not set.
+"""
+
+import contextlib
+import contextvars
+
+_WEIGHTS_ONCE = contextvars.ContextVar("weights_once", default=False)
+_PLAIN_STATISTICS = contextvars.ContextVar("plain_statistics", default=False)
+
+
+def weights_once():
+    """Whether complex kernels should be applied without a block kernel."""
+    return _WEIGHTS_ONCE.get()
+
+
+def plain_statistics():
+    """Whether normalizations should skip their power-of-two rescaling."""
+    return _PLAIN_STATISTICS.get()
+
+
+@contextlib.contextmanager
+def for_export(plain_statistics=False):
+    """Within this context, layers trace for a TFLite file: `weights_once()`
+    is True, and `plain_statistics()` is `plain_statistics`."""
+    tokens = (
+        _WEIGHTS_ONCE.set(True),
+        _PLAIN_STATISTICS.set(bool(plain_statistics)),
+    )
+    try:
+        yield
+    finally:
+        _PLAIN_STATISTICS.reset(tokens[1])
+        _WEIGHTS_ONCE.reset(tokens[0])
