@@ -78,7 +78,11 @@ def modrelu(x, bias):
 def zrelu(x):
     """`z` where both parts are non-negative (phase in [0, pi/2]), else 0."""
     re, im = cx.split(x)
-    keep = ops.cast(ops.logical_and(re >= 0, im >= 0), x.dtype)
+    # A select of constants rather than a cast of the bool: the same 0/1,
+    # and no float CAST left in a full-integer TFLite file.
+    keep = ops.cast(
+        ops.where(ops.logical_and(re >= 0, im >= 0), 1.0, 0.0), x.dtype
+    )
     return x * ops.concatenate([keep, keep], axis=-1)
 
 

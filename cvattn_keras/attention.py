@@ -182,19 +182,24 @@ def parse_variant(name):
 
 @contextlib.contextmanager
 def portable_masking():
-    """Within this context, masking keeps every tensor in the data's range:
-    masked CAtt takes the general path instead of
-    `keras.ops.dot_product_attention`, and every variant's masked softmax
-    shifts and zeroes masked scores instead of filling them.
+    """Within this context, the attention takes forms that suit TFLite's
+    integer kernels and the GPU delegate, with the same weights: masked
+    CAtt takes the general path instead of
+    `keras.ops.dot_product_attention`; every variant's masked softmax
+    shifts the scores and multiplies them by the mask as 0/1 instead of
+    filling masked scores, and divides by the row's mean through RSQRT (no
+    SELECT_V2 with a broadcast branch, no DIV, which 16-bit TFLite lacks);
+    APAtt, AAtt and RIAtt work on the rank-4 halves `Re A`, `Im A` of the
+    scores instead of a rank-5 view; negations are products with -1 (NEG
+    has no integer kernel). Masked scores must be finite.
 
-    Both ways compute the same weights, but the fill, `-0.7 * float32 max`
-    (fast: a `where` before a plain softmax), becomes -inf in float16 (NaN
-    on fully masked rows) and swamps the calibrated range of int8
-    quantization. Likewise APAtt and AAtt take the modulus of the scores
-    without squaring them (`modulus_and_sign(scaled=True)`), which lowers
-    their int8 error (APAtt: 8.6% to 5.4% of the output's scale on the
-    test model). `cvattn_keras.export` traces models under this
-    context.
+    The default fill, `-0.7 * float32 max` (fast: a `where` before a plain
+    softmax), becomes -inf in float16 (NaN on fully masked rows) and
+    swamps the calibrated range of int8 quantization. Likewise APAtt and
+    AAtt take the modulus of the scores without squaring them (the scaled
+    form of `cvattn_keras.complex.modulus_and_sign`), which lowers their
+    int8 error (APAtt: 8.6% to 5.4% of the output's scale on the test
+    model). `cvattn_keras.export` traces models under this context.
     """
     token = _FILL_MASKED.set(False)
     try:
@@ -268,9 +273,9 @@ def complex_scores(
     product = resolve_product(product)
     # <q, k> = q conj(k') with k' = k (inner) or conj(k) (bilinear), so
     # Re A = s(q, k') and Im A = s(q, i k').
-    key = key if product == "inner" else cx.conjugate(key)
+    key = key if product == "inner" else _conjugate(key)
     if not real_only:
-        key = ops.concatenate([key, cx.times_i(key)], axis=1)  # (B, 2S, N, 2H)
+        key = ops.concatenate([key, _times_i(key)], axis=1)  # (B, 2S, N, 2H)
     equation = "btnh,bsnh->bnts"
     if score_dtype is None or backend.standardize_dtype(
         score_dtype
@@ -283,6 +288,59 @@ def complex_scores(
     # adds no rounding of its own.
     scores = ops.cast(ops.einsum(equation, query, key), score_dtype)
     return scores * ops.cast(scale, score_dtype)
+
+
+def _portable():
+    """Whether `portable_masking` is in effect."""
+    return not _FILL_MASKED.get()
+
+
+def _negative(x):
+    """`-x`: by default `keras.ops.negative`; under `portable_masking` a
+    product with -1, since TFLite's NEG has no integer kernel (a float op
+    in a full-integer file) while MUL has."""
+    if _portable():
+        return x * ops.cast(-1.0, x.dtype)
+    return ops.negative(x)
+
+
+def _times_i(x):
+    """`cx.times_i` (`[-im | re]`), with `_negative`."""
+    if not _portable():
+        return cx.times_i(x)
+    real, imag = cx.split(x)
+    return ops.concatenate([_negative(imag), real], axis=-1)
+
+
+def _conjugate(x):
+    """`cx.conjugate` (`[re | -im]`), with `_negative`."""
+    if not _portable():
+        return cx.conjugate(x)
+    real, imag = cx.split(x)
+    return ops.concatenate([real, _negative(imag)], axis=-1)
+
+
+def _modulus_and_sign(real, imag):
+    """`(|z|, re sgn z, im sgn z)` of `z = real + i imag`, all of the
+    halves' shape, for `portable_masking`: the scaled form of
+    `cx.modulus_and_sign` (divide by `m = max(|re|, |im|)` first, so that
+    no intermediate leaves the data's range, which int8 calibration could
+    not resolve), without its rank-5 `(..., 2, n)` view (the GPU delegate
+    takes rank 4 at most) and with scalar branches in every `where` (no
+    all-zero constant tensor, which has no int8 kernel). At 0 all three
+    are 0 with a zero gradient."""
+    largest = ops.stop_gradient(ops.maximum(ops.abs(real), ops.abs(imag)))
+    nonzero = largest > 0
+    safe = ops.where(nonzero, largest, 1.0)
+    unit_r, unit_i = real / safe, imag / safe
+    # In [1, 2] where z != 0; 1 (instead of 0) elsewhere, so that the
+    # root's derivative stays finite in the branch `where` discards.
+    squared = ops.where(nonzero, unit_r * unit_r + unit_i * unit_i, 1.0)
+    root = ops.sqrt(squared)
+    magnitude = largest * root  # 0 where z = 0
+    sign_r = ops.where(nonzero, unit_r / root, 0.0)
+    sign_i = ops.where(nonzero, unit_i / root, 0.0)
+    return magnitude, sign_r, sign_i
 
 
 def _softmax(logits):
@@ -317,13 +375,35 @@ def _masked_softmax(logits, mask):
         # A row with nothing to attend came out uniform: make it 0.
         has_key = ops.any(mask, axis=-1, keepdims=True)
         return weights * ops.cast(has_key, weights.dtype)
-    # Shift by the largest attended logit (a row with none gets its min).
-    row_min = ops.min(logits, axis=-1, keepdims=True)
-    row_max = ops.max(ops.where(mask, logits, row_min), axis=-1, keepdims=True)
-    shifted = ops.where(mask, logits - ops.stop_gradient(row_max), 0.0)
-    exp = ops.exp(shifted) * ops.cast(mask, logits.dtype)  # masked: 0
-    total = ops.sum(exp, axis=-1, keepdims=True)  # >= 1 if any attended
-    return exp / ops.where(total > 0, total, ops.ones_like(total))
+    # Under portable_masking the mask multiplies, as 0/1 (the integer
+    # kernels of TFLite's 16-bit mode have no SELECT_V2 or GREATER, and
+    # the GPU delegate no select with a broadcast branch); masked scores
+    # must be finite (padding's are: they are products of finite keys).
+    # Shift by the largest attended logit: the attended logits minus the
+    # row's minimum are >= 0, masked ones 0, so their maximum is the
+    # largest attended logit minus the minimum (0 for a row with none).
+    # 0/1 by a select with scalar branches rather than a cast: a mask
+    # computed at run time (padding) would leave a float CAST in an int8
+    # file; a constant one (causal) is folded either way.
+    keep = ops.where(mask, 1.0, 0.0)
+    row_min = ops.stop_gradient(ops.min(logits, axis=-1, keepdims=True))
+    lifted = (logits - row_min) * keep
+    row_max = ops.stop_gradient(ops.max(lifted, axis=-1, keepdims=True))
+    exp = ops.exp(lifted - row_max) * keep  # masked: 0
+    # The largest attended entry is exp(0) = 1, so the mean is >= 1 / S
+    # when any key is attended and 0 otherwise: its maximum with 1 / S is
+    # the attended rows' mean, and leaves the others 0. Divided as the
+    # square of a reciprocal square root (16-bit TFLite has RSQRT but no
+    # DIV), by the mean rather than the total (its 16-bit SUM loses the
+    # sum: 80% error where MEAN is exact to 1e-4).
+    keys = logits.shape[-1]
+    if keys is None:  # a dynamic key length: the total, >= 1 if any
+        total = ops.sum(exp, axis=-1, keepdims=True)
+        inverse = ops.rsqrt(ops.maximum(total, 1.0))
+        return exp * (inverse * inverse)
+    mean = ops.mean(exp, axis=-1, keepdims=True)
+    inverse = ops.rsqrt(ops.maximum(mean, 1.0 / keys))
+    return exp * (inverse * inverse) * (1.0 / keys)
 
 
 def attention_weights(scores, softmax="real", mask=None):
@@ -346,16 +426,16 @@ def attention_weights(scores, softmax="real", mask=None):
     mask = expand_mask(mask)
     if softmax == "real":
         return _masked_softmax(scores, mask)
+    if _portable():
+        return _portable_weights(scores, softmax, mask)
     if softmax == "naive":
         # Both softmaxes at once on the (B, N, T, 2, S) view, the mask
         # broadcast over the parts: no slicing or concatenating copies.
         if mask is not None:
             mask = ops.expand_dims(mask, -2)  # (B, N, T, 1, S)
         return cx.merge_planes(_masked_softmax(cx.split_planes(scores), mask))
-    # Under portable_masking (export), the modulus avoids squaring the
-    # scores, whose range int8 calibration could not resolve.
     magnitude, phase = cx.modulus_and_sign(  # (B, N, T, S), (B, N, T, 2S)
-        scores, scaled=not _FILL_MASKED.get()
+        scores, scaled=False
     )
     weights = _masked_softmax(magnitude, mask)
     if softmax == "absonly":
@@ -365,6 +445,26 @@ def attention_weights(scores, softmax="real", mask=None):
     # weights broadcast over both parts of the phase.
     weights = ops.expand_dims(weights, -2)  # (B, N, T, 1, S)
     return cx.merge_planes(cx.split_planes(phase) * weights)
+
+
+def _portable_weights(scores, softmax, mask):
+    """`attention_weights` under `portable_masking` (`softmax` not
+    "real"): the same weights, computed on the rank-4 halves `Re A`,
+    `Im A` of the scores (no rank-5 view, which the GPU delegate and some
+    integer kernels reject), with the modulus of APAtt and AAtt taken
+    without squaring the scores (`_modulus_and_sign`), which lowers their
+    int8 error (APAtt: 8.6% to 5.4% of the output's scale on the test
+    model)."""
+    real, imag = cx.split(scores)  # (B, N, T, S) each
+    if softmax == "naive":
+        return ops.concatenate(
+            [_masked_softmax(real, mask), _masked_softmax(imag, mask)], -1
+        )
+    magnitude, sign_r, sign_i = _modulus_and_sign(real, imag)
+    weights = _masked_softmax(magnitude, mask)
+    if softmax == "absonly":
+        return weights
+    return ops.concatenate([sign_r * weights, sign_i * weights], axis=-1)
 
 
 def apply_weights(weights, value, softmax="real"):
@@ -381,7 +481,7 @@ def apply_weights(weights, value, softmax="real"):
     """
     if resolve_softmax(softmax) not in _REAL_WEIGHTS:
         # [W_r | W_i] @ [v ; i v] = W_r v + W_i (i v) = W v: one matmul.
-        value = ops.concatenate([value, cx.times_i(value)], axis=1)
+        value = ops.concatenate([value, _times_i(value)], axis=1)
     return ops.einsum("bnts,bsnh->btnh", weights, value)
 
 

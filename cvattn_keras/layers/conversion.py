@@ -17,7 +17,13 @@ class ComplexFromReal(keras.layers.Layer):
         self.supports_masking = True
 
     def call(self, inputs):
-        return ops.concatenate([inputs, ops.zeros_like(inputs)], axis=-1)
+        # A zero imaginary half padded on, not a concatenated zeros_like:
+        # the same numbers, and an op with integer kernels (full_int8).
+        size = inputs.shape[-1]
+        if size is None:  # a feature axis known only at run time
+            return ops.concatenate([inputs, ops.zeros_like(inputs)], axis=-1)
+        widths = [(0, 0)] * (len(inputs.shape) - 1) + [(0, size)]
+        return ops.pad(inputs, widths)
 
     def compute_output_shape(self, input_shape):
         size = input_shape[-1]

@@ -30,6 +30,13 @@ of positive numbers, see `_whitening_statistics`) rather than `v_rr v_ii -
 v_ri^2`, which cancels for improper features (Im close to c Re): the
 output's error grows like `eps_mach * sqrt(cond(C))` instead of
 `eps_mach * cond(C)`.
+
+Integer TFLite files (`_tracing.plain_statistics()`, set by the export's
+calibrated modes): the layer norms skip the power-of-two rescaling (its
+CEIL / FLOOR / POW have no integer kernels) and compute with MUL, MEAN,
+MAXIMUM and RSQRT only, every intermediate of order 1 (see
+`_plain_whitening`); batch normalization at inference needs nothing
+different (its statistics are constants the converter folds).
 """
 
 import math
@@ -37,6 +44,7 @@ import math
 import keras
 from keras import ops
 
+from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
@@ -274,6 +282,71 @@ def _inverse_sqrt(v_rr, v_ii, v_ri, det, e_r, e_i):
     return (v_ii + e_i + s) / st, (v_rr + e_r + s) / st, -v_ri / st
 
 
+# --------------------------------------------------------------------------
+# Plain statistics, for integer TFLite files.
+#
+# Under `_tracing.plain_statistics()` (the export's calibrated modes) the
+# layer norms compute their statistics without the power-of-two rescaling:
+# its CEIL / FLOOR / POW ops have no integer kernels, and calibration
+# bounds the ranges anyway. Only MUL, ADD, SUB, MEAN, MAXIMUM and RSQRT
+# remain (TFLite's 16-bit activation mode has RSQRT but neither DIV nor
+# SQRT, nor SQUARE: squares are written as products). The numbers are the
+# default path's for inputs well inside the float range; the determinant
+# is the direct `(v_rr + e_r)(v_ii + e_i) - v_ri^2`, which loses
+# `eps_mach * cond(C)` relative for improper features.
+# --------------------------------------------------------------------------
+
+
+def _plain_whitening(real, imag, epsilon, inflation):
+    """`(real, imag)` whitened by their own covariance over the last axis
+    (the plain statistics of `_whitening_statistics`, no scale).
+
+    `epsilon` is added to both variances, each also inflated by
+    `inflation` times itself (as in `_whitening_statistics`).
+
+    Every intermediate is kept of order 1, whatever the token's scale, as
+    int8 needs (a tensor's range is calibrated once for all tokens, so a
+    per-token statistic like `det^-1/2 ~ scale^-2` would leave the tokens
+    of large scale no resolution): the centred data are divided by the
+    square root of the (regularized) trace `tau = a + d`, and the 2x2
+    algebra runs on the covariance of the result, whose entries lie in
+    [0, 1] (trace 1).
+    """
+    real = real - ops.mean(real, axis=-1, keepdims=True)
+    imag = imag - ops.mean(imag, axis=-1, keepdims=True)
+    grow = 1.0 + inflation
+
+    def variances(real, imag):
+        return [
+            ops.mean(p * q, axis=-1, keepdims=True)
+            for p, q in ((real, real), (imag, imag), (real, imag))
+        ]
+
+    v_rr, v_ii, _ = variances(real, imag)
+    unit = ops.rsqrt((v_rr + v_ii) * grow + 2.0 * epsilon)  # tau^-1/2
+    real, imag = real * unit, imag * unit
+    v_rr, v_ii, v_ri = variances(real, imag)
+    eps = epsilon * (unit * unit)  # epsilon / tau, at most 1/2
+    a, d = v_rr * grow + eps, v_ii * grow + eps  # a + d = 1
+    # det >= eps^2 in exact arithmetic; the floor keeps rounding from
+    # taking it below 0.
+    det = ops.maximum(a * d - v_ri * v_ri, 0.0) + eps * eps
+    # (C + e)^-1/2 = [[d + s, -b], [-b, a + s]] / (s t), s = sqrt(det),
+    # t = sqrt(a + d + 2 s), with 1 / s = rsqrt(det).
+    root = ops.rsqrt(det)
+    s = det * root
+    inverse = root * ops.rsqrt(a + d + 2.0 * s)
+    w_rr, w_ii, w_ri = (d + s) * inverse, (a + s) * inverse, v_ri * inverse
+    return w_rr * real - w_ri * imag, w_ii * imag - w_ri * real
+
+
+def _plain_standardize(part, epsilon):
+    """`(part - mean) / sqrt(var + epsilon)` over the last axis."""
+    part = part - ops.mean(part, axis=-1, keepdims=True)
+    variance = ops.mean(part * part, axis=-1, keepdims=True)
+    return part * ops.rsqrt(variance + epsilon)
+
+
 def whiten(real, imag, v_rr, v_ii, v_ri, epsilon):
     """`(C + epsilon I)^-1/2 [real; imag]` for given covariance entries
     `v_rr, v_ii, v_ri` (the moving statistics of batch normalization at
@@ -448,6 +521,11 @@ class ComplexLayerNormalization(keras.layers.Layer):
         return ops.maximum(k, _epsilon_exponent(self.epsilon))
 
     def _naive(self, real, imag):
+        if _tracing.plain_statistics():
+            # For integer files (see `_plain_whitening`).
+            real = _plain_standardize(real, self.epsilon)
+            imag = _plain_standardize(imag, self.epsilon)
+            return self._naive_affine(real, imag)
         # Rescale by a power of two so that |x| <= 1 and epsilon <= 1:
         # scale-invariant up to the float range.
         dtype = keras.backend.standardize_dtype(real.dtype)
@@ -455,10 +533,16 @@ class ComplexLayerNormalization(keras.layers.Layer):
         real, imag = real * _pow2(-k, dtype), imag * _pow2(-k, dtype)
         eps = ops.maximum(self.epsilon * _pow2(-2.0 * k, dtype), _EPSILON_FLOOR)
         parts = []
-        for part, suffix in ((real, "real"), (imag, "imag")):
+        for part in (real, imag):
             mean = ops.mean(part, axis=-1, keepdims=True)
             variance = ops.var(part, axis=-1, keepdims=True)
-            part = (part - mean) * ops.rsqrt(variance + eps)
+            parts.append((part - mean) * ops.rsqrt(variance + eps))
+        return self._naive_affine(*parts)
+
+    def _naive_affine(self, real, imag):
+        """The naive method's per-part scale and bias."""
+        parts = []
+        for part, suffix in ((real, "real"), (imag, "imag")):
             if self.scale:
                 part = part * ops.cast(
                     getattr(self, f"gamma_{suffix}"), part.dtype
@@ -472,23 +556,31 @@ class ComplexLayerNormalization(keras.layers.Layer):
 
     def _whitening(self, x):
         dtype = keras.backend.standardize_dtype(x.dtype)
+        # The reference estimator's variances divide by E - 1: the biased
+        # variance inflated by 1 / (E - 1).
+        features = x.shape[-1] // 2
+        inflation = 1.0 / (features - 1) if self.estimator == "reference" else 0
+        if _tracing.plain_statistics():
+            # For integer files (see `_plain_whitening`).
+            real, imag = _plain_whitening(*cx.split(x), self.epsilon, inflation)
+            return self._whitening_affine(real, imag, dtype)
         # The scale from the stacked input: one contiguous pass (and not
         # keepdims: XLA's CPU reductions are slower into an axis of size 1).
         # expand_dims, not [..., None]: TFLite cannot lower a strided slice
         # that inserts an axis beside two unknown dimensions.
         k0 = _exponent(ops.expand_dims(ops.max(ops.abs(x), axis=-1), -1), dtype)
         real, imag = cx.split(x)
-        features = real.shape[-1]
 
         def mean(*tensors):
             return [ops.mean(t, axis=-1, keepdims=True) for t in tensors]
 
-        # The reference estimator's variances divide by E - 1: the biased
-        # variance inflated by 1 / (E - 1).
-        inflation = 1.0 / (features - 1) if self.estimator == "reference" else 0
         (real, imag), _ = _whitening_statistics(
             real, imag, mean, k0, self.epsilon, inflation
         )
+        return self._whitening_affine(real, imag, dtype)
+
+    def _whitening_affine(self, real, imag, dtype):
+        """The whitening method's scale `sqrtm(Gamma)` and bias."""
         if self.scale:
             w0, w1, w2 = (
                 ops.cast(w, dtype) for w in (self.w0, self.w1, self.w2)
@@ -561,6 +653,11 @@ class ComplexRMSNormalization(keras.layers.Layer):
     def call(self, inputs):
         dtype = _stat_dtype(self)
         x = ops.cast(inputs, dtype)
+        if _tracing.plain_statistics():
+            # For integer files (see `_plain_whitening`); mean |z|^2 =
+            # 2 mean(x^2).
+            power = ops.mean(x * x, axis=-1, keepdims=True) * 2.0
+            return self._scaled(x * ops.rsqrt(power + self.epsilon))
         # Rescale by a power of two (exact) so that |x| <= 1 and epsilon
         # <= 1 before squaring: scale-invariant up to the float range.
         k = _exponent(ops.max(ops.abs(x), axis=-1, keepdims=True), dtype)
@@ -569,6 +666,10 @@ class ComplexRMSNormalization(keras.layers.Layer):
         eps = self.epsilon * _pow2(-2.0 * k, dtype)
         power = ops.mean(ops.square(x), axis=-1, keepdims=True) * 2.0
         x = x * ops.rsqrt(power + eps)  # mean |z|^2 = 2 mean(x^2)
+        return self._scaled(x)
+
+    def _scaled(self, x):
+        """`x` times the learnable scale, in the compute dtype."""
         scale_real = ops.cast(self.scale_real, x.dtype)
         if self.complex_scale:
             scale_imag = ops.cast(self.scale_imag, x.dtype)
