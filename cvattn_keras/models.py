@@ -310,14 +310,16 @@ def generate(
     decodes one frame per step with key/value caches in every attention
     (as keras-hub's `CachedMultiHeadAttention`): the self-attention caches
     grow by one frame per step, the cross-attention caches hold the
-    encoder's projected keys and values, computed at the first step. The
-    whole loop (`keras.ops.fori_loop`) runs in one compiled call: XLA on
-    TensorFlow, `jax.jit` on JAX, eagerly on PyTorch. It uses the model's
-    layers by name (`notes_as_complex`, `note_embedding`,
+    encoder's projected keys and values, computed once before the first
+    step. The whole loop (`keras.ops.fori_loop`) runs in one compiled
+    call: XLA on TensorFlow, `jax.jit` on JAX, eagerly on PyTorch. It uses
+    the model's layers by name (`notes_as_complex`, `note_embedding`,
     `target_positions`, `decoder_{i}`, `head_dense`, `head_act`,
     `head_dropout`, `head_notes`, `note_logits`) and the encoder's output
     as the decoders' second input. The compiled loop is kept per model,
     `steps`, `feedback` and `threshold`, so later calls reuse it.
+    `cvattn_keras.export.export_generator_tflite` exports the same
+    decoding step for LiteRT.
 
     With `cache=False`, each step re-runs the whole model from Python on
     all `target_frames` (O(T^2) work). Both give the same logits up to
@@ -463,73 +465,100 @@ class _CachedDecoding(keras.Model):
         self.notes = model.inputs[1].shape[2]
         self.built = True
 
-    def _empty_caches(self, batch, memory):
-        """Zero self- and cross-attention caches of every decoder."""
+    def empty_self_caches(self, batch, length=None):
+        """Zero self-attention caches of every decoder,
+        `(B, 2, length, num_heads, 2 * key_dim)` each (`length` defaults
+        to `target_frames`)."""
+        length = self.target_frames if length is None else length
+        dtype = self.decoders[0].compute_dtype
+        return [
+            keras.ops.zeros(
+                (batch, 2, length)
+                + (
+                    decoder.self_attention.num_heads,
+                    2 * decoder.self_attention.key_dim,
+                ),
+                dtype,
+            )
+            for decoder in self.decoders
+        ]
+
+    def cross_caches(self, memory):
+        """The cross-attention caches of every decoder: the encoder's
+        output projected to keys and values, `(B, 2, S, num_heads,
+        2 * key_dim)` each, computed once per sequence. (Each is the cache
+        that an attention call with `cache_update_index=0` writes; its
+        query, here a zero frame, plays no part in it.)"""
+        batch = keras.ops.shape(memory)[0]
         dtype = self.decoders[0].compute_dtype
         caches = []
         for decoder in self.decoders:
-            for attention, length in (
-                (decoder.self_attention, self.target_frames),
-                (decoder.cross_attention, keras.ops.shape(memory)[1]),
-            ):
-                heads = (attention.num_heads, 2 * attention.key_dim)
-                caches.append(
-                    keras.ops.zeros((batch, 2, length) + heads, dtype)
-                )
-        return caches[0::2], caches[1::2]
+            attention = decoder.cross_attention
+            query = keras.ops.zeros((batch, 1, decoder.input[0].shape[-1]))
+            empty = keras.ops.zeros(
+                (batch, 2, keras.ops.shape(memory)[1])
+                + (attention.num_heads, 2 * attention.key_dim),
+                dtype,
+            )
+            _, cache = attention(
+                keras.ops.cast(query, attention.compute_dtype),
+                memory,
+                cache=empty,
+                cache_update_index=0,
+                training=False,
+            )
+            caches.append(cache)
+        return caches
 
-    def _step(self, previous, index, memory, self_caches, cross_caches, fill):
+    def step(self, previous, index, memory, self_caches, cross_caches):
         """Logits `(B, 1, notes)` of frame `index` from the previous frame's
-        notes `(B, 1, notes)`; the updated caches. `fill`: whether to
-        compute the cross-attention caches (the first step)."""
+        notes `(B, 1, notes)` and the caches (lists, one per decoder); the
+        updated self-attention caches. `memory` (the encoder's output) is
+        not read: the cross-attention caches hold its keys and values."""
         x = self.notes_as_complex(previous)
         x = self.note_embedding(x)
         x = self.target_positions(x, start_index=index)
-        new_self, new_cross = [], []
+        new_self = []
         for decoder, self_cache, cross_cache in zip(
             self.decoders, self_caches, cross_caches
         ):
-            x, self_cache, cross_cache = decoder(
+            x, self_cache, _ = decoder(
                 x,
                 memory,
                 self_attention_cache=self_cache,
                 self_attention_cache_update_index=index,
                 cross_attention_cache=cross_cache,
-                cross_attention_cache_update_index=0 if fill else None,
                 training=False,
             )
             new_self.append(self_cache)
-            new_cross.append(cross_cache)
         for layer in self.head:
             x = layer(x, training=False) if layer is self.head[2] else layer(x)
-        return self.readout(x), new_self, new_cross
+        return self.readout(x), new_self
 
     def call(self, spectra):
         ops = keras.ops
         memory = self.encoder(spectra, training=False)
         batch = ops.shape(spectra)[0]
-        self_caches, cross_caches = self._empty_caches(batch, memory)
+        cross_caches = self.cross_caches(memory)
         start = ops.zeros((batch, 1, self.notes), "float32")
-        first, self_caches, cross_caches = self._step(
-            start, 0, memory, self_caches, cross_caches, fill=True
-        )
-        first = ops.cast(first, "float32")
         logits = ops.zeros((batch, self.steps, self.notes), "float32")
-        logits = ops.slice_update(logits, [0, 0, 0], first)
 
         def body(index, state):
-            logits, last, self_caches = state
-            if self.feedback == "notes":
-                last = ops.cast(ops.greater(last, self.cut), "float32")
-            step, self_caches, _ = self._step(
-                last, index, memory, self_caches, cross_caches, fill=False
+            logits, previous, self_caches = state
+            step, self_caches = self.step(
+                previous, index, memory, self_caches, cross_caches
             )
             step = ops.cast(step, "float32")
             logits = ops.slice_update(logits, [0, index, 0], step)
+            if self.feedback == "notes":
+                step = ops.cast(ops.greater(step, self.cut), "float32")
             return logits, step, list(self_caches)
 
         logits, _, _ = ops.fori_loop(
-            1, self.steps, body, (logits, first, list(self_caches))
+            0,
+            self.steps,
+            body,
+            (logits, start, self.empty_self_caches(batch)),
         )
         return logits
 

@@ -142,12 +142,17 @@ def test_quantized_files_run_within_tolerance(wide, mode):
 @pytest.mark.tensorflow_only
 def test_quantized_files_are_smaller(wide):
     _, _, files = wide
-    size = {mode: os.path.getsize(path) for mode, path in files.items()}
-    # Measured: 584 kB, 304 kB (1.9x), 175 kB (3.3x), 179 kB (3.3x); the
-    # weights alone shrink 2x and 4x, the file's ~25 kB overhead does not.
-    assert size["float16"] < 0.55 * size[None]
-    assert size["dynamic_int8"] < 0.35 * size[None]
-    assert size["int8"] < 0.35 * size[None]
+    size = {mode: cvk.export.file_sizes(path) for mode, path in files.items()}
+    weights = {mode: sizes[1] for mode, sizes in size.items()}
+    # The weight data shrinks 2x and 4x (measured: 283 kB, 142 kB, 71 kB,
+    # 71 kB for 71,824 parameters; the files: 318 kB, 179 kB, 121 kB,
+    # 127 kB, whose 35-55 kB rest shrinks less). Compared on the weight
+    # data since each weight is stored once (test_export_weights.py): the
+    # rest is now a larger share of these small files.
+    assert weights["float16"] < 0.55 * weights[None]
+    assert weights["dynamic_int8"] < 0.35 * weights[None]
+    assert weights["int8"] < 0.35 * weights[None]
+    assert all(size[m][0] < size[None][0] for m in MODES[1:])
 
 
 @pytest.mark.tensorflow_only

@@ -53,6 +53,8 @@ import numpy as np
 from cvattn_keras import _tracing
 from cvattn_keras import attention as core
 from cvattn_keras.export import gpu
+from cvattn_keras.export.generator import export_generator_tflite
+from cvattn_keras.export.generator import generate_tflite
 from cvattn_keras.export.gpu import check_gpu_compatibility
 
 __all__ = [
@@ -63,7 +65,10 @@ __all__ = [
     "TensorInfo",
     "UnsupportedOpsError",
     "check_gpu_compatibility",
+    "export_generator_tflite",
     "export_tflite",
+    "file_sizes",
+    "generate_tflite",
     "gpu",
     "verify_tflite",
 ]
@@ -226,6 +231,11 @@ class TFLiteReport:
     Attributes:
         path: the `.tflite` file.
         size_bytes: its size.
+        weight_bytes: the bytes of its constant tensors (weights, biases,
+            quantization-free constants such as shapes), each buffer
+            counted once however many tensors share it.
+        rest_bytes: (a property) `size_bytes - weight_bytes`: the format's
+            metadata, the tensor names and the graph.
         ops: the operators in the file, sorted.
         non_builtin_ops: those that are not TFLite builtins (Flex or custom).
         max_abs_error: the largest |LiteRT - Keras| over all outputs (the
@@ -256,16 +266,24 @@ class TFLiteReport:
     inputs: tuple = ()
     outputs: tuple = ()
     gpu: object = None
+    weight_bytes: int = None
 
     @property
     def builtin_only(self):
         return not self.non_builtin_ops
 
+    @property
+    def rest_bytes(self):
+        if self.weight_bytes is None:
+            return None
+        return self.size_bytes - self.weight_bytes
+
     def __str__(self):
         flagged = ", ".join(self.non_builtin_ops) or "none"
+        sizes = _sizes_text(self.size_bytes, self.weight_bytes)
         lines = [
             f"TFLite file      {self.path}",
-            f"size             {self.size_bytes / 1024:.1f} KiB",
+            f"size             {sizes}",
             f"ops              {', '.join(self.ops)}",
             f"non-builtin ops  {flagged}",
         ]
@@ -281,6 +299,20 @@ class TFLiteReport:
         if self.gpu is not None:
             lines.append(f"GPU delegate     {self.gpu}")
         return "\n".join(lines)
+
+
+def _kib(size):
+    return f"{size / 1024:.1f} KiB"
+
+
+def _sizes_text(size_bytes, weight_bytes):
+    """`"549.0 KiB (weight data 240.3 KiB, rest 308.7 KiB)"`."""
+    if weight_bytes is None:
+        return _kib(size_bytes)
+    return (
+        f"{_kib(size_bytes)} (weight data {_kib(weight_bytes)}, "
+        f"rest {_kib(size_bytes - weight_bytes)})"
+    )
 
 
 # ----------------------------------------------------------------------
@@ -1195,6 +1227,48 @@ def _file_ops(path):
     return tuple(sorted(ops)), tuple(sorted(non_builtin))
 
 
+def file_sizes(path):
+    """`(size_bytes, weight_bytes)` of a `.tflite` file: its size, and the
+    bytes of the buffers that its constant tensors read (weights, biases
+    and the other constants, each buffer once however many tensors share
+    it; without the metadata buffers). `size_bytes - weight_bytes` is the
+    rest: the format's metadata, names and graph.
+
+    Raises:
+        ValueError: if `path` is not a TFLite flatbuffer.
+    """
+    from ai_edge_litert import schema_py_generated as schema
+
+    path = _check_path(path)
+    _check_tflite_file(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        tflite = schema.Model.GetRootAs(data, 0)
+        used = set()
+        for s in range(tflite.SubgraphsLength()):
+            subgraph = tflite.Subgraphs(s)
+            for t in range(subgraph.TensorsLength()):
+                used.add(subgraph.Tensors(t).Buffer())
+        weight_bytes = 0
+        for index in used:
+            if index <= 0 or index >= tflite.BuffersLength():
+                continue  # 0: the empty buffer of every runtime tensor
+            buffer = tflite.Buffers(index)
+            # Files over 2 GB keep buffers after the flatbuffer (offset,
+            # size); the others inline (data).
+            if buffer.Offset() > 1:
+                weight_bytes += buffer.Size()
+            else:
+                weight_bytes += buffer.DataLength()
+    except Exception as error:
+        raise ValueError(
+            f"{path!r} is not a valid TFLite model (its flatbuffer does not "
+            f"parse: {type(error).__name__}: {error})."
+        ) from None
+    return len(data), weight_bytes
+
+
 def _ordered_outputs(results):
     """Signature outputs in the model's order (`output_0`, `output_1`, ...,
     sorted numerically so that `output_10` follows `output_9`)."""
@@ -1399,4 +1473,5 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
             for name in _ordered_outputs({n: n for n in output_details})
         ),
         gpu=check_gpu_compatibility(path),
+        weight_bytes=file_sizes(path)[1],
     )
