@@ -118,6 +118,28 @@ def test_a_static_file_refuses_another_batch(full_int8):
 
 @pytest.mark.slow
 @pytest.mark.tensorflow_only
+def test_predict_runs_a_static_file_in_padded_batches(full_int8):
+    """predict_tflite over 5 samples of a file with a static batch of 2:
+    three invocations, the last padded; each sample's outputs are those
+    verify_tflite checks (the same dequantized codes), and the padding's
+    are dropped."""
+    model, data, path = full_int8
+    got = cvk.export.predict_tflite(path, model, data[:5])
+    expected = keras.ops.convert_to_numpy(model(data[:5]))
+    assert got.shape == expected.shape and got.dtype == np.float32
+    scale = np.max(np.abs(expected))
+    assert np.max(np.abs(got - expected)) <= FULL_INT8_TOLERANCE * scale
+    # Batched the file's way or one pair at a time: the same numbers.
+    pair = cvk.export.predict_tflite(path, model, data[2:4])
+    np.testing.assert_array_equal(got[2:4], pair)
+    with pytest.raises(ValueError, match="at least one sample"):
+        cvk.export.predict_tflite(path, model, data[:0])
+    with pytest.raises(ValueError, match="batch_size=0"):
+        cvk.export.predict_tflite(path, model, data[:2], batch_size=0)
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow_only
 def test_full_int8_names_the_float_ops_and_the_layer(rng, tmp_path):
     """Keras' squareplus activation computes `x * x` as SQUARE, which has
     no int8 kernel in this converter: the error names the op and the

@@ -70,6 +70,7 @@ __all__ = [
     "file_sizes",
     "generate_tflite",
     "gpu",
+    "predict_tflite",
     "verify_tflite",
 ]
 
@@ -1370,6 +1371,93 @@ def _feed(runner, model, arrays, path):
     return feed
 
 
+def _runner(path, num_threads):
+    """The LiteRT signature runner of the file at `path`."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        return Interpreter(
+            model_path=path, num_threads=num_threads
+        ).get_signature_runner()
+    except (RuntimeError, ValueError) as error:
+        raise ValueError(
+            f"LiteRT cannot load {path!r}: {error}".rstrip()
+        ) from None
+
+
+def _outputs(runner, feed):
+    """The file's outputs for `feed`, in the model's order, dequantized."""
+    results = runner(**feed)
+    details = runner.get_output_details()
+    return _ordered_outputs(
+        {
+            name: _dequantize(value, details[name])
+            for name, value in results.items()
+        }
+    )
+
+
+def predict_tflite(path, model, inputs, batch_size=None, num_threads=None):
+    """The outputs of a `.tflite` file on the LiteRT interpreter, as
+    `model.predict` gives the Keras model's: for evaluating an exported
+    (quantized) file on a whole data set.
+
+    Args:
+        path: the `.tflite` file (from `export_tflite`).
+        model: the Keras model it was exported from (it gives the inputs'
+            names and dtypes; it is not run).
+        inputs: as for `verify_tflite`, any number of samples.
+        batch_size: samples per invocation; `None` feeds all at once. A
+            file with a static batch (`export_tflite(..., batch_size=N)`)
+            runs in batches of N, the last one padded with zeros (the
+            padding's outputs are dropped).
+        num_threads: LiteRT CPU threads (`None`: LiteRT's default).
+
+    Returns:
+        One float array (integer outputs dequantized with the file's
+        scale and zero point), or a list of them for a model with several
+        outputs.
+    """
+    path = _check_path(path)
+    _check_tflite_file(path)
+    _check_model(model)
+    if batch_size is not None:
+        _check_positive(batch_size, "batch_size")
+    arrays = _as_input_list(model, inputs, "inputs")
+    if not arrays[0].shape[0]:
+        raise ValueError(
+            "`inputs` must hold at least one sample. Received: inputs of "
+            f"shape {arrays[0].shape}"
+        )
+    runner = _runner(path, num_threads)
+    signature = runner.get_input_details()[_input_names(model)[0]].get(
+        "shape_signature"
+    )
+    total = int(arrays[0].shape[0])
+    if signature is not None and len(signature) and signature[0] > 0:
+        batch_size = int(signature[0])  # a static batch
+    step = total if batch_size is None else batch_size
+    chunks = []
+    for start in range(0, total, max(step, 1)):
+        chunk = [a[start : start + step] for a in arrays]
+        short = step - len(chunk[0])
+        if batch_size is not None and short > 0:
+            chunk = [
+                np.concatenate([a, np.zeros((short,) + a.shape[1:], a.dtype)])
+                for a in chunk
+            ]
+        outputs = _outputs(runner, _feed(runner, model, chunk, path))
+        chunks.append([o[: step - short] for o in outputs])
+    # Dequantized outputs come as float64: float32, as Keras gives them.
+    merged = [
+        np.concatenate(parts).astype(
+            "float32" if parts[0].dtype == np.float64 else parts[0].dtype
+        )
+        for parts in zip(*chunks)
+    ]
+    return merged[0] if len(merged) == 1 else merged
+
+
 def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
     """Runs a `.tflite` file on the LiteRT interpreter and compares it with
     the Keras model (under any Keras backend).
@@ -1415,25 +1503,10 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
             "LiteRT interpreter cannot run without the Flex delegate. "
             "Export with cvattn_keras.export.export_tflite instead."
         )
-    from ai_edge_litert.interpreter import Interpreter
-
-    try:
-        runner = Interpreter(
-            model_path=path, num_threads=num_threads
-        ).get_signature_runner()
-    except (RuntimeError, ValueError) as error:
-        raise ValueError(
-            f"LiteRT cannot load {path!r}: {error}".rstrip()
-        ) from None
+    runner = _runner(path, num_threads)
     feed = _feed(runner, model, arrays, path)
-    results = runner(**feed)
+    got = _outputs(runner, feed)
     output_details = runner.get_output_details()
-    got = _ordered_outputs(
-        {
-            name: _dequantize(value, output_details[name])
-            for name, value in results.items()
-        }
-    )
     expected = model(arrays if len(arrays) > 1 else arrays[0], training=False)
     expected = [
         keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(expected)
