@@ -25,9 +25,18 @@ def test_train_music(tmp_path):
     for name in (
         "music_classifier.keras",
         "music_classifier.tflite",
+        "music_classifier_full_int8.tflite",
         "train_music.png",
     ):
         assert (tmp_path / name).stat().st_size > 0
+    # The modes table: one row per smoke mode, AP measured on LiteRT.
+    table = (tmp_path / "tflite_modes.md").read_text().splitlines()
+    assert [row.split("|")[1].strip() for row in table[2:]] == [
+        "float32",
+        "full_int8",
+    ]
+    for row in table[2:]:
+        assert 0 <= float(row.split("|")[4]) <= 1, row
 
 
 def test_train_music_on_musicnet_files(tmp_path, rng):
@@ -44,6 +53,8 @@ def test_train_music_on_musicnet_files(tmp_path, rng):
             str(tmp_path / "musicnet.npz"),
             "--output",
             str(tmp_path),
+            "--modes",
+            "none",
         ]
     )
     assert 0 <= ap <= 1
