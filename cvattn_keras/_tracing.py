@@ -35,11 +35,12 @@ def plain_statistics():
 
 
 @contextlib.contextmanager
-def for_export(plain_statistics=False):
-    """Within this context, layers trace for a TFLite file: `weights_once()`
-    is True, and `plain_statistics()` is `plain_statistics`."""
+def for_export(plain_statistics=False, weights_once=True):
+    """Within this context, layers trace for a TFLite file:
+    `weights_once()` is `weights_once` and `plain_statistics()` is
+    `plain_statistics`."""
     tokens = (
-        _WEIGHTS_ONCE.set(True),
+        _WEIGHTS_ONCE.set(bool(weights_once)),
         _PLAIN_STATISTICS.set(bool(plain_statistics)),
     )
     try:

@@ -20,6 +20,16 @@ stacked layout at the edges of a model; inside a model, everything is real.
 The arithmetic helpers (`multiply`, `conjugate`, `times_i`, `modulus`,
 `sign`, `block_kernel`) take and return stacked tensors and use `keras.ops`
 only, so they run on every Keras backend and inside XLA.
+
+**Applying a complex kernel.** Training applies a complex kernel `W = W_r +
+i W_i` as a real product against the block kernel `block_kernel(W_r, W_i)`.
+A TFLite converter folds that block into one constant that holds every
+real weight twice, so the layers trace for export (`_tracing.weights_once`)
+a product against `kernel_once(W_r, W_i) = [W_i; W_r]` instead (the parts
+stacked on the input axis), applied to the rows `[-x_i | x_r]` (giving the
+real part) and `x` (the imaginary part) by `matmul_once`, or as a
+convolution two columns wide over `columns_once(x)`: each output sums all
+its products in one op.
 """
 
 import keras
@@ -30,13 +40,18 @@ from keras import random
 __all__ = [
     "block_kernel",
     "check_even",
+    "columns_once",
     "conjugate",
     "dropout",
     "from_stacked",
     "interleaved_to_stacked",
+    "kernel_once",
     "merge",
+    "matmul_once",
     "merge_planes",
     "modulus",
+    "reshape",
+    "reshape_tail",
     "modulus_and_sign",
     "multiply",
     "pairs_to_stacked",
@@ -449,3 +464,88 @@ def block_kernel(kernel_real, kernel_imag, in_axis=0):
     top = ops.concatenate([kernel_real, kernel_imag], axis=-1)
     bottom = ops.concatenate([-kernel_imag, kernel_real], axis=-1)
     return ops.concatenate([top, bottom], axis=in_axis)
+
+
+def reshape(x, sizes):
+    """`ops.reshape(x, sizes)` where `sizes` mixes static ints and run-time
+    sizes (scalar tensors, as `ops.shape` gives for unknown axes): a single
+    run-time size is written -1, so that a converted graph computes no
+    shape for it (a dynamic batch alone costs no shape arithmetic)."""
+    sizes = tuple(sizes)
+    dynamic = [not isinstance(size, (int, np.integer)) for size in sizes]
+    if sum(dynamic) == 1:
+        sizes = tuple(-1 if d else size for d, size in zip(dynamic, sizes))
+    return ops.reshape(x, sizes)
+
+
+def reshape_tail(x, keep, tail):
+    """`x` reshaped to its first `keep` axes followed by the static sizes
+    `tail` (see `reshape`)."""
+    return reshape(x, tuple(ops.shape(x)[:keep]) + tuple(tail))
+
+
+def kernel_once(kernel_real, kernel_imag, axis=0):
+    """`[W_i; W_r]`: the parts of a complex kernel concatenated on its
+    input axis `axis`, each real weight once.
+
+    It multiplies rows laid out as the stacked input: `x = [x_r | x_i]`
+    gives the imaginary part of `x W`, `[-x_i | x_r]` its real part (see
+    `matmul_once`).
+    """
+    return ops.concatenate([kernel_imag, kernel_real], axis=axis)
+
+
+def columns_once(x):
+    """`x` stacked `(..., 2I)` as the columns `(-x_i, x_r, x_i)`, `(..., 3,
+    I)`: a 2-D convolution two columns wide with the kernel `[W_i, W_r]`
+    (each real weight once) gives `x_r W_r - x_i W_i` at column 0 and
+    `x_i W_r + x_r W_i` at column 1, the stacked `x W` after a reshape.
+
+    One slice, one multiplication by -1 (TFLite's integer kernels have no
+    negation) and one concatenation.
+    """
+    _, imag = split(x)
+    columns = ops.concatenate([imag * -1.0, x], axis=-1)
+    return reshape_tail(columns, len(x.shape) - 1, (3, imag.shape[-1]))
+
+
+def matmul_once(x, kernel, in_rank=1, out_shape=None):
+    """The complex product `x W` with each real weight of `W` once.
+
+    Args:
+        x: the input, its last axis stacked `[real | imag]`; its last
+            `in_rank` axes are the input features (with `in_rank=2`, a
+            per-head layout `(..., heads, 2 head_dim)`, each head
+            stacked).
+        kernel: `(2 I, U)` with `2 I` the size of those axes: the rows of
+            `W_i` and `W_r` in the order of `x`'s input features, `W_i`
+            where `x` holds real parts (`kernel_once(W_r, W_i)` for
+            `in_rank=1`).
+        out_shape: the static shape of `U` outputs, `(U,)` by default;
+            e.g. `(heads, head_dim)` for a per-head layout.
+
+    Returns:
+        `x W` stacked on the last axis of `out_shape`: `(..., 2U)` by
+        default; `(..., heads, 2 head_dim)`, each head `[real | imag]`, for
+        `out_shape=(heads, head_dim)`.
+
+    Two matmuls share the kernel: `[-x_i | x_r]` gives the real part and
+    `x` itself the imaginary part, each summing all its real products in
+    one op (one int32 accumulation in an integer file; a negation is a
+    multiplication by -1, which TFLite's integer kernels have). Written
+    with -1 for the rows, a dynamic batch costs no shape arithmetic.
+    """
+    width = kernel.shape[0]
+    out_shape = tuple(out_shape or (kernel.shape[-1],))
+    leading = tuple(ops.shape(x)[: len(x.shape) - in_rank])
+    real, imag = split(x)
+    rows = (ops.concatenate([imag * -1.0, real], axis=-1), x)
+    parts = [
+        ops.reshape(
+            ops.matmul(ops.reshape(row, (-1, width)), kernel),
+            (-1,) + out_shape,
+        )
+        for row in rows
+    ]
+    outputs = ops.concatenate(parts, axis=-1)
+    return reshape(outputs, leading + out_shape[:-1] + (2 * out_shape[-1],))

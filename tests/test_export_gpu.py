@@ -133,9 +133,6 @@ def test_dynamic_batch_reports_the_shape_ops(tmp_path):
 
 # What the layers of `all_blocks_model` still leave to the CPU with a
 # static batch, as (op, start of the reason, layer in the tensor name):
-# - the projections of ComplexMultiHeadAttention when exported with each
-#   weight stored once transpose rank-5 `(B, T, 2, N, V)` tensors
-#   (cvattn_keras/layers/attention.py);
 # - keras.layers.Masking (not this library) reduces with REDUCE_ANY and
 #   reshapes a bool tensor.
 # (The attention's rank-5 views and broadcast SELECT_V2 are gone: under
@@ -144,7 +141,6 @@ def test_dynamic_batch_reports_the_shape_ops(tmp_path):
 # Delete an entry when its layer code is fixed; then the strict xfail
 # below turns into a failure and must become a plain test.
 KNOWN_FALLBACKS = [
-    (None, "rank-5 tensor", "attention"),
     ("REDUCE_ANY", "not supported", "masking"),
     ("RESHAPE", "bool tensor", "masking"),
 ]
@@ -202,8 +198,7 @@ def test_every_block_with_a_static_batch_has_no_shape_ops(
 @pytest.mark.tensorflow_only
 @pytest.mark.xfail(
     strict=True,
-    reason="the attention projections' rank-5 transposes and keras "
-    "Masking's REDUCE_ANY and bool RESHAPE; see KNOWN_FALLBACKS",
+    reason="keras Masking's REDUCE_ANY and bool RESHAPE; see KNOWN_FALLBACKS",
 )
 @pytest.mark.parametrize("mode", [None, "float16"])
 def test_every_block_is_gpu_compatible_with_a_static_batch(static_blocks, mode):

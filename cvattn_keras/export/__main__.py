@@ -2,7 +2,8 @@
 
     python -m cvattn_keras.export MODEL.keras OUT.tflite \\
         [--quantize float16|dynamic_int8|int8|full_int8|int16x8] \\
-        [--static-batch N] [--static-length L] [--verify] [--overwrite]
+        [--static-batch N] [--static-length L] [--weights auto|once|block] \\
+        [--verify] [--overwrite]
 
 It works under any `KERAS_BACKEND`: conversion needs TensorFlow, so under
 another backend the command runs itself again in a subprocess under
@@ -160,6 +161,15 @@ def _parser():
         "shape ops (for GPU delegates and NPUs; default: dynamic batch)",
     )
     parser.add_argument(
+        "--weights",
+        choices=("auto", "once", "block"),
+        default="auto",
+        help="store each complex weight once, or as the real block kernel "
+        "(twice the data; faster on small models, smaller int8 error); "
+        "auto: once for float32, float16, dynamic_int8 (export_tflite("
+        "weights_once=None|True|False))",
+    )
+    parser.add_argument(
         "--static-length",
         type=check.positive_int_argument,
         default=None,
@@ -309,6 +319,9 @@ def main(argv=None):
             overwrite=args.overwrite,
             batch_size=args.static_batch,
             sequence_length=args.static_length,
+            weights_once={"auto": None, "once": True, "block": False}[
+                args.weights
+            ],
         )
     except export.FloatFallbackError as error:
         _record(

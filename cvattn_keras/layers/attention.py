@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
@@ -12,6 +13,18 @@ from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
 from cvattn_keras.layers.dense import ComplexDense
 from cvattn_keras.layers.embeddings import ComplexRotaryEmbedding
+
+
+def _stacked_bias(dense, bias_shape):
+    """A `ComplexDense`'s complex bias, each part reshaped to `bias_shape`,
+    concatenated `[real | imag]` on the last axis."""
+    return ops.concatenate(
+        [
+            ops.reshape(dense.bias_real, bias_shape),
+            ops.reshape(dense.bias_imag, bias_shape),
+        ],
+        axis=-1,
+    )
 
 
 def _block_einsum(dense, inputs, equation, kernel_shape, in_axis, bias_shape):
@@ -25,15 +38,24 @@ def _block_einsum(dense, inputs, equation, kernel_shape, in_axis, bias_shape):
     )
     outputs = ops.einsum(equation, inputs, kernel)
     if dense.use_bias:
-        bias = ops.concatenate(
-            [
-                ops.reshape(dense.bias_real, bias_shape),
-                ops.reshape(dense.bias_imag, bias_shape),
-            ],
-            axis=-1,
-        )
-        outputs = outputs + bias
+        outputs = outputs + _stacked_bias(dense, bias_shape)
     return outputs
+
+
+def _matmul_once(dense, inputs, kernel_shape, in_rank=1, out_shape=None):
+    """A `ComplexDense`'s kernel, its parts reshaped to `kernel_shape` and
+    concatenated on axis `in_rank - 1` (`complex.kernel_once`), then
+    flattened to `(2 in, out)`, applied by `complex.matmul_once` (with
+    `out_shape`): `x W` stacked, each real weight once."""
+    dtype = dense.compute_dtype
+    kernel = cx.kernel_once(
+        ops.reshape(ops.cast(dense.kernel_real, dtype), kernel_shape),
+        ops.reshape(ops.cast(dense.kernel_imag, dtype), kernel_shape),
+        axis=in_rank - 1,
+    )
+    width = int(np.prod(kernel.shape[:in_rank]))
+    kernel = ops.reshape(kernel, (width, -1))
+    return cx.matmul_once(inputs, kernel, in_rank, out_shape)
 
 
 def check_attention_mask_shape(
@@ -612,20 +634,52 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
 
         The sublayer's block kernel is assembled per head, `(2E, N, 2h)`, so
         that one einsum gives the per-head layout with no transpose of the
-        activations.
+        activations. Traced for export (`_tracing.weights_once`),
+        `complex.matmul_once` against `[W_i; W_r]` gives the real and the
+        imaginary parts, each real weight once, reshaped per head and
+        concatenated (rank 4 at most).
         """
         heads = (self.num_heads, head_dim)
-        return _block_einsum(
-            dense, inputs, "bld,dnh->blnh", (-1,) + heads, 0, heads
+        if not _tracing.weights_once():
+            return _block_einsum(
+                dense, inputs, "bld,dnh->blnh", (-1,) + heads, 0, heads
+            )
+        # planes (B, L, 2, N h) -> (B L, N, 2, h) -> (B, L, N, 2h): rank 4
+        # (B, L, 2E) -> (B L, N, 2h) -> (B, L, N, 2h): rank 4 at most.
+        outputs = _matmul_once(
+            dense, inputs, (-1, self.num_heads * head_dim), out_shape=heads
         )
+        outputs = cx.reshape(
+            outputs,
+            tuple(ops.shape(inputs)[:2]) + (self.num_heads, 2 * head_dim),
+        )
+        if dense.use_bias:
+            outputs = outputs + _stacked_bias(dense, heads)
+        return outputs
 
     def _project_from_heads(self, inputs):
         """`(B, T, N, 2V)` -> `(B, T, 2 output_dim)` by `output_dense`,
-        its block kernel assembled per head as `(N, 2V, 2O)`."""
+        its block kernel assembled per head as `(N, 2V, 2O)`; traced for
+        export, `complex.matmul_once` of the per-head rows against the
+        kernel `(N, 2V, O)` (`W_i` then `W_r` in each head, flattened):
+        no transpose of the activations."""
+        if not _tracing.weights_once():
+            kernel_shape = (self.num_heads, self.value_dim, -1)
+            return _block_einsum(
+                self.output_dense,
+                inputs,
+                "btnh,nho->bto",
+                kernel_shape,
+                1,
+                (-1,),
+            )
+        # (B, T, N, 2V), each head [x_r | x_i]: the kernel's rows in the
+        # same order, (N, 2V, O) with W_i then W_r in each head.
         kernel_shape = (self.num_heads, self.value_dim, -1)
-        return _block_einsum(
-            self.output_dense, inputs, "btnh,nho->bto", kernel_shape, 1, (-1,)
-        )
+        outputs = _matmul_once(self.output_dense, inputs, kernel_shape, 2)
+        if self.output_dense.use_bias:
+            outputs = outputs + _stacked_bias(self.output_dense, (-1,))
+        return outputs
 
     # ------------------------------------------------------------------
     # Call.

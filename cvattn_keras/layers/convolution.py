@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 from cvattn_keras.layers._weights import add_complex_weights
@@ -19,7 +20,10 @@ class ComplexConv1D(keras.layers.Layer):
     filters)` and complex bias `b`, computed as one real `conv` against the
     block kernel `[[W_r, W_i], [-W_i, W_r]]` `(kernel_size, 2 in, 2 filters)`.
     Strides, padding (`"valid"`, `"same"`, `"causal"`) and dilation are
-    Keras `Conv1D`'s.
+    Keras `Conv1D`'s. Traced for a TFLite file (`cvattn_keras.export`), it
+    is instead one 2-D `conv` of the columns `-x_i, x_r, x_i` against the
+    kernel `[W_i, W_r]` `(kernel_size, 2, in, filters)` (see
+    `_conv_once`): the file stores each real weight once.
 
     Args:
         filters: positive int, complex output channels.
@@ -105,14 +109,26 @@ class ComplexConv1D(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        # (k, 2 in, 2 filters): the inputs' channels on axis 1.
-        kernel = cx.block_kernel(self.kernel_real, self.kernel_imag, in_axis=1)
         padding = self.padding
         if padding == "causal":
-            left = self.dilation_rate * (self.kernel_size - 1)
-            inputs = ops.pad(inputs, ((0, 0), (left, 0), (0, 0)))
+            inputs = ops.pad(inputs, ((0, 0), (self._causal_pad(), 0), (0, 0)))
             padding = "valid"
-        outputs = ops.conv(
+        if _tracing.weights_once():
+            outputs = self._conv_once(cx.columns_once(inputs), padding)
+        else:
+            # (k, 2 in, 2 filters): the inputs' channels on axis 1.
+            kernel = cx.block_kernel(
+                self.kernel_real, self.kernel_imag, in_axis=1
+            )
+            outputs = self._conv(inputs, kernel, padding)
+        if self.use_bias:
+            outputs = outputs + ops.concatenate(
+                [self.bias_real, self.bias_imag], axis=0
+            )
+        return outputs
+
+    def _conv(self, inputs, kernel, padding):
+        return ops.conv(
             inputs,
             kernel,
             strides=self.strides,
@@ -120,11 +136,66 @@ class ComplexConv1D(keras.layers.Layer):
             data_format="channels_last",
             dilation_rate=self.dilation_rate,
         )
+
+    def _causal_pad(self):
+        return self.dilation_rate * (self.kernel_size - 1)
+
+    def call_columns(self, image):
+        """The layer's output, traced for export, from the input already
+        made the image `complex.columns_once(inputs)` `(B, L, 3, C)` (a
+        caller that has the real and imaginary parts apart builds it more
+        cheaply than from the stacked input)."""
+        padding = self.padding
+        if padding == "causal":
+            image = ops.pad(
+                image, ((0, 0), (self._causal_pad(), 0), (0, 0), (0, 0))
+            )
+            padding = "valid"
+        outputs = self._conv_once(image, padding)
         if self.use_bias:
             outputs = outputs + ops.concatenate(
                 [self.bias_real, self.bias_imag], axis=0
             )
         return outputs
+
+    def _conv_once(self, image, padding):
+        """The convolution with each real weight once: the input `(B, L,
+        2C)` made an image `(B, L, 3, C)` whose columns are `-x_i`, `x_r`
+        and `x_i` (`complex.columns_once`), one 2-D `conv` against the
+        kernel `[W_i, W_r]` `(k, 2, C, F)` (two columns wide, each real
+        weight once), whose two output columns are `x_r W_r - x_i W_i`
+        and `x_i W_r + x_r W_i`: `(B, L', 2, F)`, the stacked `(B, L',
+        2F)` after a reshape."""
+        batch = ops.shape(image)[0]
+        length = image.shape[1]
+        columns = 2  # the output columns to keep
+        if padding == "same" and length is not None:
+            # Pad the length only (a "same" conv would pad the columns).
+            span = self.dilation_rate * (self.kernel_size - 1) + 1
+            steps = -(-length // self.strides)
+            total = max((steps - 1) * self.strides + span - length, 0)
+            image = ops.pad(
+                image,
+                ((0, 0), (total // 2, total - total // 2), (0, 0), (0, 0)),
+            )
+            padding = "valid"
+        elif padding == "same":
+            # A dynamic length: "same" also pads the columns on the right
+            # (a third output column, dropped below).
+            columns = 3
+        kernel = ops.stack([self.kernel_imag, self.kernel_real], axis=1)
+        outputs = ops.conv(
+            image,
+            kernel,  # (k, 2, C, F)
+            strides=(self.strides, 1),
+            padding=padding,
+            data_format="channels_last",
+            dilation_rate=(self.dilation_rate, 1),
+        )  # (B, L', 2, F)
+        if columns == 3:
+            outputs = outputs[:, :, :2]
+        steps = ops.shape(outputs)[1]
+        return cx.reshape(outputs, (batch, steps, 2 * self.filters))
 
     def compute_output_shape(self, input_shape):
         batch, length = input_shape[0], input_shape[1]

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 from cvattn_keras.layers._weights import add_complex_weights
@@ -21,7 +22,11 @@ class ComplexDense(keras.layers.Layer):
     real matmul against the block kernel `[[W_r, W_i], [-W_i, W_r]]`, done as
     one contraction of the input planes `(..., 2, in)` with the kernel
     stacked `(2, in, 2, units)` (the same FLOPs; shardable by
-    `cvattn_keras.distribution.get_layout_map`).
+    `cvattn_keras.distribution.get_layout_map`). Traced for a TFLite file
+    (`cvattn_keras.export`), it is instead two matmuls of the rows `[-x_i |
+    x_r]` (the real part) and `x` (the imaginary part) against one kernel
+    `[W_i; W_r]` `(2 in, units)` (`complex.matmul_once`), so that the file
+    stores each real weight once.
 
     Porting the reference PyTorch `ComplexLinear` (two `nn.Linear`, weights
     `W_r`, `W_i` stored `[out, in]`, biases `b_r`, `b_i`): set
@@ -123,6 +128,24 @@ class ComplexDense(keras.layers.Layer):
         dtype = self.compute_dtype
         kernel_real = ops.cast(self.kernel_real, dtype)
         kernel_imag = ops.cast(self.kernel_imag, dtype)
+        if _tracing.weights_once():
+            kernel = cx.kernel_once(kernel_real, kernel_imag)  # (2I, U)
+            outputs = cx.matmul_once(inputs, kernel)  # (..., 2U)
+            if self.use_bias:
+                bias = [self.bias_real, self.bias_imag]
+                bias = ops.concatenate([ops.cast(b, dtype) for b in bias], 0)
+                outputs = outputs + bias
+            return outputs
+        outputs = self._apply_block(inputs, kernel_real, kernel_imag)
+        if self.use_bias:
+            bias = [
+                ops.cast(b, dtype) for b in (self.bias_real, self.bias_imag)
+            ]
+            outputs = outputs + ops.stack(bias)
+        return cx.merge_planes(outputs)
+
+    def _apply_block(self, inputs, kernel_real, kernel_imag):
+        """`(..., 2I)` -> planes `(..., 2, U)` by the block kernel."""
         kernel = ops.stack(
             [
                 ops.stack([kernel_real, kernel_imag], axis=1),
@@ -131,15 +154,9 @@ class ComplexDense(keras.layers.Layer):
         )
         planes = cx.split_planes(inputs)  # (..., 2, I)
         rank = len(planes.shape)
-        outputs = ops.tensordot(
+        return ops.tensordot(
             planes, kernel, axes=[[rank - 2, rank - 1], [0, 1]]
         )  # (..., 2, U)
-        if self.use_bias:
-            bias = [
-                ops.cast(b, dtype) for b in (self.bias_real, self.bias_imag)
-            ]
-            outputs = outputs + ops.stack(bias)
-        return cx.merge_planes(outputs)
 
     def compute_output_shape(self, input_shape):
         input_shape = tuple(input_shape)

@@ -4,6 +4,7 @@ each frame."""
 import keras
 from keras import ops
 
+from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import activations
 from cvattn_keras import complex as cx
@@ -199,10 +200,19 @@ class ComplexFrequencyFrontEnd(keras.layers.Layer):
         if frames is None:
             frames = ops.shape(inputs)[1]
         # (B, T, [Re | Im]) -> (B T, F, 2): one complex channel per frame.
-        x = ops.transpose(ops.reshape(inputs, (-1, 2, bins)), (0, 2, 1))
+        planes = ops.reshape(inputs, (-1, 2, bins))
+        x = ops.transpose(planes, (0, 2, 1))
         keep = None if mask is None else ops.reshape(mask, (-1, 1))
-        for conv, norm in zip(self.convolutions, self.norms):
-            x = conv(x)
+        for i, (conv, norm) in enumerate(zip(self.convolutions, self.norms)):
+            if i == 0 and _tracing.weights_once():
+                # The first convolution's image (-x_i, x_r, x_i) from the
+                # planes: slices of whole rows (complex.columns_once would
+                # slice one channel of two).
+                columns = ops.concatenate([planes[:, 1:] * -1.0, planes], 1)
+                image = ops.transpose(columns, (0, 2, 1))  # (B T, F, 3)
+                x = conv.call_columns(cx.reshape_tail(image, 2, (3, 1)))
+            else:
+                x = conv(x)
             step_mask = None
             if keep is not None:
                 step_mask = ops.repeat(keep, x.shape[1], axis=1)
