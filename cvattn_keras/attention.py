@@ -496,6 +496,7 @@ def complex_dot_product_attention(
     dropout=0.0,
     seed=None,
     return_weights=False,
+    chunk_size=None,
 ):
     """Complex multi-head attention on stacked per-head tensors.
 
@@ -522,6 +523,12 @@ def complex_dot_product_attention(
             multiplies both parts of complex weights. Pass 0 at inference.
         seed: seed or `keras.random.SeedGenerator` for the dropout.
         return_weights: also return the weights.
+        chunk_size: `None` or a positive int: with a key length (static)
+            above `chunk_size`, and neither `return_weights` nor `dropout`
+            nor `portable_masking`, the keys go through in blocks of
+            `chunk_size` (`cvattn_keras.chunked_attention`: O(T) memory
+            forward and backward, the same results within float32
+            rounding).
 
     Returns:
         The output `(B, T, N, 2V)`, and, if `return_weights`, the weights
@@ -552,6 +559,29 @@ def complex_dot_product_attention(
             (batch, heads, length, key.shape[1]),
             "mask",
             "(B, N, T, S)",
+        )
+    chunk_size = check.positive_int(chunk_size, "chunk_size", True)
+    keys = key.shape[1]
+    if (
+        chunk_size is not None
+        and keys is not None
+        and keys > chunk_size
+        and not return_weights
+        and not dropout
+        and _FILL_MASKED.get()
+    ):
+        # Imported here: chunked_attention imports this module.
+        from cvattn_keras import chunked_attention
+
+        return chunked_attention.chunked_dot_product_attention(
+            query,
+            key,
+            value,
+            softmax,
+            product,
+            scale=scale,
+            mask=mask,
+            chunk_size=chunk_size,
         )
     out_dtype = value.dtype
     matmul_dtype, score_dtype = _precision(query.dtype, key.dtype)

@@ -444,3 +444,79 @@ def test_property_matches_reference(
     full_mask = mask & _causal(length, keys) if causal else mask
     expected = _reference(complex_inputs, softmax, product, full_mask)
     _close(cvk.from_stacked(to_numpy(out), "complex128"), expected, RTOL)
+
+
+# ----------------------------------------------------------------------
+# Wired in: complex_dot_product_attention(chunk_size=) and the layer.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+def test_layer_with_chunk_size_equals_the_full_layer(rng, softmax, product):
+    """ComplexMultiHeadAttention(chunk_size=4) on 11 keys (three blocks)
+    with a causal mask and a padding mask: the outputs and the gradients
+    (inputs and every weight) of the same layer without chunks."""
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 11, 6))).astype("float32")
+    padding = rng.random((2, 11, 11)) > 0.3
+    padding[0, 3] = False  # a query with nothing to attend
+    kwargs = dict(softmax=softmax, product=product, value_dim=3)
+    full = cvk.layers.ComplexMultiHeadAttention(2, 4, **kwargs)
+    chunked = cvk.layers.ComplexMultiHeadAttention(2, 4, chunk_size=4, **kwargs)
+    full(x, x)
+    chunked(x, x)
+    chunked.set_weights(full.get_weights())
+    weights = _loss_weights(rng, (2, 11, 12))
+    results = []
+    for layer in (full, chunked):
+
+        def loss(inputs, layer=layer):
+            out = layer(
+                inputs,
+                inputs,
+                attention_mask=ops.convert_to_tensor(padding),
+                use_causal_mask=True,
+            )
+            return ops.sum(out * ops.convert_to_tensor(weights))
+
+        results.append(gradients(loss, [x], layer.trainable_variables))
+    (loss_full, dx_full, dw_full), (loss_chunk, dx_chunk, dw_chunk) = results
+    _close(loss_chunk, loss_full, RTOL, "loss")
+    _close(dx_chunk[0], dx_full[0], GRAD_RTOL, "d input")
+    # Relative to the largest weight gradient: some are 0 up to rounding
+    # (the key bias under CAtt and RIAtt shifts a row's logits by a
+    # constant, which the softmax ignores), so their own scale is noise.
+    scale = max(np.abs(g).max() for g in dw_full)
+    for a, b, var in zip(dw_chunk, dw_full, full.trainable_variables):
+        error = np.abs(np.asarray(a) - np.asarray(b)).max() / scale
+        assert error <= GRAD_RTOL, (var.path, error)
+
+
+def test_chunk_size_keeps_the_full_path_where_it_must(rng):
+    """Attention scores, a key length within one chunk and portable masking
+    (export) take the full path: the same numbers; the returned scores are
+    the full (B, N, T, 2S) weights."""
+    x = cvk.to_stacked(ref.random_complex(rng, (1, 6, 4))).astype("float32")
+    layer = cvk.layers.ComplexMultiHeadAttention(2, 2, chunk_size=2)
+    out, scores = layer(x, x, return_attention_scores=True)
+    assert tuple(scores.shape) == (1, 2, 6, 12)
+    _close(to_numpy(layer(x, x)), to_numpy(out), RTOL, "chunked vs scores")
+    wide = cvk.layers.ComplexMultiHeadAttention(2, 2, chunk_size=64)
+    wide(x, x)
+    wide.set_weights(layer.get_weights())
+    _close(to_numpy(wide(x, x)), to_numpy(out), RTOL, "one chunk")
+    with att.portable_masking():
+        _close(to_numpy(layer(x, x)), to_numpy(out), RTOL, "portable")
+
+
+def test_chunk_size_is_serialized_and_checked():
+    layer = cvk.layers.ComplexMultiHeadAttention(2, 4, chunk_size=256)
+    config = layer.get_config()
+    assert config["chunk_size"] == 256
+    again = cvk.layers.ComplexMultiHeadAttention.from_config(config)
+    assert again.chunk_size == 256
+    for bad in (0, -3, 2.5, "64", True):
+        with pytest.raises(ValueError, match="chunk_size"):
+            cvk.layers.ComplexMultiHeadAttention(2, 4, chunk_size=bad)
+    q = ops.ones((1, 5, 2, 4))
+    with pytest.raises(ValueError, match="chunk_size=0"):
+        att.complex_dot_product_attention(q, q, q, chunk_size=0)

@@ -154,6 +154,16 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             `theta_j = rotary_max_wavelength^(-j / key_dim)`, so that the
             inner-product scores depend on relative positions only.
             Defaults to `None` (no rotation).
+        chunk_size: `None` (default) or a positive int: attend to keys
+            longer than `chunk_size` in blocks of `chunk_size`, with an
+            online softmax and a recomputing gradient
+            (`cvattn_keras.chunked_attention`), so that neither the forward
+            pass nor the gradient holds the `(T, S)` scores: O(T) memory
+            for long sequences (every variant at T = 16,384 trains in about
+            2 GiB). The same results within float32 rounding. The full path
+            is kept for `return_attention_scores=True`, attention dropout
+            in training, TFLite export, and a key length known only at run
+            time.
         seed: int or None, the seed of the attention dropout. (A seeded
             initializer is seeded separately; each projection and part then
             gets its own derived seed.)
@@ -243,9 +253,11 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         bias_constraint=None,
         seed=None,
         rotary_max_wavelength=None,
+        chunk_size=None,
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
+        chunk_size = check.positive_int(chunk_size, "chunk_size", True)
         key_dim = check.positive_int(key_dim, "key_dim")
         value_dim = check.positive_int(value_dim, "value_dim", allow_none=True)
         output_dim = check.positive_int(
@@ -282,6 +294,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         )
         self.seed = seed
         self.rotary_max_wavelength = rotary_max_wavelength
+        self.chunk_size = chunk_size
         self.rotary = None
         if rotary_max_wavelength is not None:
             self.rotary = ComplexRotaryEmbedding(
@@ -777,6 +790,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             dropout=self.dropout if training else 0.0,
             seed=self.seed_generator,
             return_weights=return_attention_scores,
+            chunk_size=self.chunk_size,
         )
         if return_attention_scores:
             return result
@@ -798,6 +812,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                 **weight_options_config(self),
                 "seed": self.seed,
                 "rotary_max_wavelength": self.rotary_max_wavelength,
+                "chunk_size": self.chunk_size,
             }
         )
         return config
