@@ -4,8 +4,10 @@ By default the model is a two-layer complex attention model with 64 complex
 features (ComplexDense -> causal CAtt -> RIAtt -> ComplexDense, 0.6 MB of
 float32 weights in the file), randomly initialised; `--model` takes a saved
 `.keras` file instead (e.g. from `examples/quickstart.py --save`). Errors
-are against Keras on standard-normal inputs; int8 is calibrated on other
-standard-normal inputs.
+are against Keras on standard-normal inputs; the calibrated modes (int8,
+full_int8, int16x8) are calibrated on other standard-normal inputs. A mode
+the model cannot take (a float op left in a full-integer mode) is reported
+as such.
 
 Run:  python benchmarks/tflite_quantization.py [--model M.keras]
           [--batch-size 1] [--json out.json]
@@ -22,6 +24,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import cvattn_keras as cvk  # noqa: E402
+
+CALIBRATED = ("int8", "full_int8", "int16x8")
 
 
 def wide_model():
@@ -57,12 +61,18 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         for mode in cvk.export.QUANTIZATIONS:
-            path = cvk.export.export_tflite(
-                model,
-                os.path.join(directory, f"{mode}.tflite"),
-                quantization=mode,
-                representative_data=calibration if mode == "int8" else None,
-            )
+            try:
+                path = cvk.export.export_tflite(
+                    model,
+                    os.path.join(directory, f"{mode}.tflite"),
+                    quantization=mode,
+                    representative_data=(
+                        calibration if mode in CALIBRATED else None
+                    ),
+                )
+            except cvk.export.FloatFallbackError as error:
+                rows.append(dict(quantization=mode, refused=error.ops))
+                continue
             report = cvk.export.verify_tflite(
                 path, model, inputs, num_runs=args.runs
             )
@@ -70,6 +80,7 @@ def main():
                 dict(
                     quantization=mode or "float32",
                     size_kib=report.size_bytes / 1024,
+                    weights_kib=report.weight_bytes / 1024,
                     max_abs_error=report.max_abs_error,
                     max_rel_error=report.max_rel_error,
                     median_latency_ms=report.median_latency_ms,
@@ -78,14 +89,22 @@ def main():
             )
     base = rows[0]["size_kib"]
     print(
-        f"| quantization | size (KiB) | vs float32 | max abs error "
-        f"| max rel error | latency (ms, batch {args.batch_size}) |"
+        "| quantization | file (KiB) | vs float32 | weight data (KiB) "
+        f"| max abs error | max rel error | latency (ms, batch "
+        f"{args.batch_size}) |"
     )
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
+        if "refused" in row:
+            print(
+                f"| {row['quantization']} | float ops left: "
+                f"{', '.join(row['refused'])} | | | | | |"
+            )
+            continue
         print(
             f"| {row['quantization']} | {row['size_kib']:.1f} "
             f"| {base / row['size_kib']:.2f}x smaller "
+            f"| {row['weights_kib']:.1f} "
             f"| {row['max_abs_error']:.2e} | {row['max_rel_error']:.2e} "
             f"| {row['median_latency_ms']:.3f} |"
         )
