@@ -27,7 +27,8 @@ block's weights from the saved row statistics `m + log l` and the output,
 as FlashAttention's backward does, so that training does not store the
 scores either: the residuals are the inputs, the output and one or two
 numbers per query row. Memory is O(T * chunk_size) per head for the
-blocks in flight, plus O((T + S) * head width).
+blocks in flight, plus O((T + S) * head width), plus the mask if one is
+given (`(B|1, T, S)` bools; `is_causal=True` needs none).
 
 Both loops (forward and backward) are `keras.ops.fori_loop`s over the key
 blocks: on TensorFlow and JAX one compiled loop whatever the number of

@@ -308,6 +308,8 @@ def test_degenerate_inputs_give_finite_outputs_and_gradients(
     want = _gradients(full, inputs, weights)
     for name, g, w in zip("qkv", got, want):
         assert np.all(np.isfinite(g)), name
+        # As GRAD_RTOL, relative to the largest entry (at least 1: the
+        # gradients of zero inputs are 0 up to rounding).
         np.testing.assert_allclose(g, w, atol=1e-5 * max(1, np.abs(w).max()))
 
 
@@ -520,3 +522,37 @@ def test_chunk_size_is_serialized_and_checked():
     q = ops.ones((1, 5, 2, 4))
     with pytest.raises(ValueError, match="chunk_size=0"):
         att.complex_dot_product_attention(q, q, q, chunk_size=0)
+
+
+def test_chunk_size_takes_the_chunked_path_only_where_it_may(rng, monkeypatch):
+    """Which path runs, counted: the chunked one for keys longer than the
+    chunk; the full one for the scores, dropout in training, export
+    (portable masking) and keys within one chunk."""
+    from cvattn_keras import chunked_attention
+
+    calls = []
+    original = chunked_attention.chunked_dot_product_attention
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("chunk_size"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(
+        chunked_attention, "chunked_dot_product_attention", counting
+    )
+    x = cvk.to_stacked(ref.random_complex(rng, (1, 6, 4))).astype("float32")
+    layer = cvk.layers.ComplexMultiHeadAttention(2, 2, chunk_size=2)
+    layer(x, x)
+    assert calls == [2]
+    layer(x, x, return_attention_scores=True)
+    with att.portable_masking():
+        layer(x, x)
+    wide = cvk.layers.ComplexMultiHeadAttention(2, 2, chunk_size=6)
+    wide(x, x)
+    dropping = cvk.layers.ComplexMultiHeadAttention(
+        2, 2, chunk_size=2, dropout=0.5, seed=1
+    )
+    dropping(x, x, training=True)
+    assert calls == [2]
+    dropping(x, x)  # inference: no dropout, chunked
+    assert calls == [2, 2]

@@ -136,6 +136,8 @@ def test_predict_runs_a_static_file_in_padded_batches(full_int8):
         cvk.export.predict_tflite(path, model, data[:0])
     with pytest.raises(ValueError, match="batch_size=0"):
         cvk.export.predict_tflite(path, model, data[:2], batch_size=0)
+    with pytest.raises(ValueError, match="static batch of 2.*batch_size=3"):
+        cvk.export.predict_tflite(path, model, data[:4], batch_size=3)
 
 
 @pytest.mark.slow

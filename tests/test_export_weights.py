@@ -3,7 +3,8 @@
 Training applies a complex kernel as a block kernel `[[W_r, W_i], [-W_i,
 W_r]]`, which a TFLite converter folds into one constant holding every
 real weight twice. Traced for export (`_tracing.for_export`), the layers
-apply `[W_r; W_i]` to the rows `[x_r | -x_i]` and `[x_i | x_r]` instead.
+apply `[W_i; W_r]` to the rows `[-x_i | x_r]` (the real parts) and
+`[x_r | x_i]` (the imaginary parts) instead.
 Checked here:
 
 - the export formulation computes what the training one does, under every

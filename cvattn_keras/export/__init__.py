@@ -1455,8 +1455,8 @@ def predict_tflite(path, model, inputs, batch_size=None, num_threads=None):
         inputs: as for `verify_tflite`, any number of samples.
         batch_size: samples per invocation; `None` feeds all at once. A
             file with a static batch (`export_tflite(..., batch_size=N)`)
-            runs in batches of N, the last one padded with zeros (the
-            padding's outputs are dropped).
+            runs in batches of N (`batch_size` must then be None or N), the
+            last one padded with zeros (the padding's outputs are dropped).
         num_threads: LiteRT CPU threads (`None`: LiteRT's default).
 
     Returns:
@@ -1476,24 +1476,35 @@ def predict_tflite(path, model, inputs, batch_size=None, num_threads=None):
             f"shape {arrays[0].shape}"
         )
     runner = _runner(path, num_threads)
-    signature = runner.get_input_details()[_input_names(model)[0]].get(
-        "shape_signature"
-    )
+    details = runner.get_input_details()
+    first = _input_names(model)[0]
+    if first not in details:
+        _feed(runner, model, arrays, path)  # raises: names the file's inputs
+    signature = details[first].get("shape_signature")
     total = int(arrays[0].shape[0])
+    static = None
     if signature is not None and len(signature) and signature[0] > 0:
-        batch_size = int(signature[0])  # a static batch
+        static = int(signature[0])
+        if batch_size is not None and batch_size != static:
+            raise ValueError(
+                f"{path!r} has a static batch of {static}; `batch_size` must "
+                f"be None or {static}. Received: batch_size={batch_size}"
+            )
+        batch_size = static
     step = total if batch_size is None else batch_size
     chunks = []
-    for start in range(0, total, max(step, 1)):
+    for start in range(0, total, step):
         chunk = [a[start : start + step] for a in arrays]
-        short = step - len(chunk[0])
-        if batch_size is not None and short > 0:
+        size = len(chunk[0])
+        if static is not None and size < static:  # pad to the static batch
             chunk = [
-                np.concatenate([a, np.zeros((short,) + a.shape[1:], a.dtype)])
+                np.concatenate(
+                    [a, np.zeros((static - size,) + a.shape[1:], a.dtype)]
+                )
                 for a in chunk
             ]
         outputs = _outputs(runner, _feed(runner, model, chunk, path))
-        chunks.append([o[: step - short] for o in outputs])
+        chunks.append([o[:size] for o in outputs])
     # Dequantized outputs come as float64: float32, as Keras gives them.
     merged = [
         np.concatenate(parts).astype(

@@ -158,9 +158,11 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             longer than `chunk_size` in blocks of `chunk_size`, with an
             online softmax and a recomputing gradient
             (`cvattn_keras.chunked_attention`), so that neither the forward
-            pass nor the gradient holds the `(T, S)` scores: O(T) memory
-            for long sequences (every variant at T = 16,384 trains in about
-            2 GiB). The same results within float32 rounding. The full path
+            pass nor the gradient holds the `(T, S)` scores: without a
+            mask, O(T) memory (every variant at T = 16,384, 4 heads, trains
+            in about 2 GiB); a mask, `use_causal_mask` included, is still a
+            `(T, S)` bool tensor (256 MiB at T = 16,384). The same results
+            within float32 rounding. The full path
             is kept for `return_attention_scores=True`, attention dropout
             in training, TFLite export, and a key length known only at run
             time.
@@ -657,7 +659,6 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             return _block_einsum(
                 dense, inputs, "bld,dnh->blnh", (-1,) + heads, 0, heads
             )
-        # planes (B, L, 2, N h) -> (B L, N, 2, h) -> (B, L, N, 2h): rank 4
         # (B, L, 2E) -> (B L, N, 2h) -> (B, L, N, 2h): rank 4 at most.
         outputs = _matmul_once(
             dense, inputs, (-1, self.num_heads * head_dim), out_shape=heads

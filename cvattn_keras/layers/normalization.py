@@ -328,9 +328,10 @@ def _plain_whitening(real, imag, epsilon, inflation):
     v_rr, v_ii, v_ri = variances(real, imag)
     eps = epsilon * (unit * unit)  # epsilon / tau, at most 1/2
     a, d = v_rr * grow + eps, v_ii * grow + eps  # a + d = 1
-    # det >= eps^2 in exact arithmetic; the floor keeps rounding from
-    # taking it below 0.
-    det = ops.maximum(a * d - v_ri * v_ri, 0.0) + eps * eps
+    # det = (v_rr + eps)(v_ii + eps) - v_ri^2 >= eps^2 in exact
+    # arithmetic (C is positive semi-definite); the floor keeps rounding
+    # from taking it lower, and adds nothing otherwise.
+    det = ops.maximum(a * d - v_ri * v_ri, eps * eps)
     # (C + e)^-1/2 = [[d + s, -b], [-b, a + s]] / (s t), s = sqrt(det),
     # t = sqrt(a + d + 2 s), with 1 / s = rsqrt(det).
     root = ops.rsqrt(det)
