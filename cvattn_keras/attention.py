@@ -300,7 +300,8 @@ def _negative(x):
     product with -1, since TFLite's NEG has no integer kernel (a float op
     in a full-integer file) while MUL has."""
     if _portable():
-        return x * ops.cast(-1.0, x.dtype)
+        x = ops.convert_to_tensor(x)  # NumPy input: ops, not operators
+        return ops.multiply(x, ops.cast(-1.0, x.dtype))
     return ops.negative(x)
 
 
@@ -424,6 +425,9 @@ def attention_weights(scores, softmax="real", mask=None):
     """
     softmax = resolve_softmax(softmax)
     mask = expand_mask(mask)
+    if _portable():
+        # The portable forms use operators: NumPy scores as tensors first.
+        scores = ops.convert_to_tensor(scores)
     if softmax == "real":
         return _masked_softmax(scores, mask)
     if _portable():

@@ -119,8 +119,10 @@ def _trained_generator(rng):
 @pytest.mark.slow
 def test_generate_equals_teacher_forcing_on_its_own_output(rng, tmp_path):
     model, spectra = _trained_generator(rng)
-    # Uncompiled (tests/test_cache.py compiles once): the same loop.
-    notes, logits = models.generate(model, spectra[:4], jit_compile=False)
+    # Uncompiled (tests/test_cache.py compiles once): the same loop. On
+    # JAX, compiled: its uncompiled loop dispatches op by op, a minute here.
+    jit = keras.backend.backend() == "jax"
+    notes, logits = models.generate(model, spectra[:4], jit_compile=jit)
     assert notes.shape == (4, 6, 4) and 0 < notes.mean() < 1
     forced = keras.ops.convert_to_numpy(
         model([spectra[:4], models.shift_right(notes)])
@@ -131,7 +133,7 @@ def test_generate_equals_teacher_forcing_on_its_own_output(rng, tmp_path):
     # logits are the decoder's input, so teacher forcing on the shifted
     # logits gives them back.
     notes_l, logits_l = models.generate(
-        model, spectra[:4], feedback="logits", jit_compile=False
+        model, spectra[:4], feedback="logits", jit_compile=jit
     )
     forced = keras.ops.convert_to_numpy(
         model([spectra[:4], models.shift_right(logits_l)])
@@ -147,7 +149,7 @@ def test_generate_equals_teacher_forcing_on_its_own_output(rng, tmp_path):
     # Also on a model loaded from a file.
     model.save(tmp_path / "generator.keras")
     loaded = keras.saving.load_model(tmp_path / "generator.keras")
-    again, _ = models.generate(loaded, spectra[:4], steps=3, jit_compile=False)
+    again, _ = models.generate(loaded, spectra[:4], steps=3, jit_compile=jit)
     np.testing.assert_array_equal(again, notes[:, :3])
 
 
