@@ -49,6 +49,7 @@ import numpy as np
 
 import cvattn_keras.export as base
 from cvattn_keras import _tracing
+from cvattn_keras import _validation as check
 from cvattn_keras import attention as core
 from cvattn_keras import models
 
@@ -90,22 +91,6 @@ _STEP_LAYERS = (
 # ----------------------------------------------------------------------
 # Arguments.
 # ----------------------------------------------------------------------
-
-
-def _check_count(value, name, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(
-            f"`{name}` must be a positive int"
-            + (" or None" if allow_none else "")
-            + f". Received: {name}={value!r}"
-        )
-    if value < 1:
-        raise ValueError(
-            f"`{name}` must be a positive int. Received: {name}={value}"
-        )
-    return int(value)
 
 
 def _check_generator(model):
@@ -163,10 +148,10 @@ def _check_generator(model):
 def _layout(model, batch_size, max_frames, source_frames):
     """The signatures' static shapes, as a dict of name -> shape."""
     decoders = _check_generator(model)
-    batch_size = _check_count(batch_size, "batch_size")
+    batch_size = check.positive_int(batch_size, "batch_size")
     _, model_sources, channels = model.inputs[0].shape
     _, target_frames, notes = model.inputs[1].shape
-    source_frames = _check_count(source_frames, "source_frames", True)
+    source_frames = check.positive_int(source_frames, "source_frames", True)
     if source_frames is None:
         if model_sources is None:
             raise ValueError(
@@ -188,7 +173,7 @@ def _layout(model, batch_size, max_frames, source_frames):
                 "maximum as `max_frames`. Received: max_frames=None"
             )
         max_frames = target_frames
-    max_frames = _check_count(max_frames, "max_frames")
+    max_frames = check.positive_int(max_frames, "max_frames")
     if target_frames is not None and max_frames > target_frames:
         raise ValueError(
             f"`max_frames` must be in [1, {target_frames}] (the model's "
