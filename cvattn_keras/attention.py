@@ -501,6 +501,7 @@ def complex_dot_product_attention(
     seed=None,
     return_weights=False,
     chunk_size=None,
+    is_causal=False,
 ):
     """Complex multi-head attention on stacked per-head tensors.
 
@@ -533,6 +534,10 @@ def complex_dot_product_attention(
             `chunk_size` (`cvattn_keras.chunked_attention`: O(T) memory
             forward and backward, the same results within float32
             rounding).
+        is_causal: if `True`, query `t` attends only to keys `s <= t`
+            (top-left aligned), combined with `mask`. The chunked path
+            builds each block's part only, so that no `(T, S)` mask is
+            held; the full path builds the `(T, S)` mask.
 
     Returns:
         The output `(B, T, N, 2V)`, and, if `return_weights`, the weights
@@ -565,6 +570,10 @@ def complex_dot_product_attention(
             "(B, N, T, S)",
         )
     chunk_size = check.positive_int(chunk_size, "chunk_size", True)
+    if not isinstance(is_causal, bool):
+        raise ValueError(
+            f"`is_causal` must be a bool. Received: is_causal={is_causal!r}"
+        )
     keys = key.shape[1]
     if (
         chunk_size is not None
@@ -585,8 +594,14 @@ def complex_dot_product_attention(
             product,
             scale=scale,
             mask=mask,
+            is_causal=is_causal,
             chunk_size=chunk_size,
         )
+    if is_causal:  # (1, 1, T, S), top-left aligned
+        rows = ops.arange(ops.shape(query)[1], dtype="int32")[:, None]
+        cols = ops.arange(ops.shape(key)[1], dtype="int32")[None, :]
+        causal = ops.expand_dims(ops.greater_equal(rows, cols), (0, 1))
+        mask = causal if mask is None else ops.logical_and(mask, causal)
     out_dtype = value.dtype
     matmul_dtype, score_dtype = _precision(query.dtype, key.dtype)
     query = ops.cast(query, matmul_dtype)

@@ -556,3 +556,73 @@ def test_chunk_size_takes_the_chunked_path_only_where_it_may(rng, monkeypatch):
     assert calls == [2]
     dropping(x, x)  # inference: no dropout, chunked
     assert calls == [2, 2]
+
+
+@pytest.mark.parametrize("chunk_size", [None, 4])
+@pytest.mark.parametrize("softmax", att.SOFTMAX_VARIANTS)
+def test_core_is_causal_equals_the_causal_mask(rng, softmax, chunk_size):
+    """complex_dot_product_attention(is_causal=True), full path and chunked,
+    with and without a padding mask: the NumPy complex128 output under the
+    equivalent (T, S) mask."""
+    complex_inputs, (q, k, v) = _inputs(rng)
+    padding = _padding_mask(rng, *SHAPE[:3])
+    for mask in (None, padding):
+        out = _full(
+            q,
+            k,
+            v,
+            softmax,
+            "inner",
+            mask,
+            is_causal=True,
+            chunk_size=chunk_size,
+        )
+        causal = _causal(*SHAPE[1:3])
+        full_mask = causal[None] if mask is None else mask & causal
+        expected = _reference(complex_inputs, softmax, "inner", full_mask)
+        _close(cvk.from_stacked(to_numpy(out), "complex128"), expected, RTOL)
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match="is_causal"):
+            _full(q, k, v, softmax, "inner", None, is_causal=bad)
+
+
+def test_layer_causal_mask_reaches_the_chunked_path_as_is_causal(
+    rng, monkeypatch
+):
+    """With chunk_size and use_causal_mask alone, the layer builds no mask:
+    the chunked path gets mask=None and is_causal=True, and the output and
+    the returned scores equal the layer without chunks."""
+    from cvattn_keras import chunked_attention
+
+    seen = []
+    original = chunked_attention.chunked_dot_product_attention
+
+    def recording(*args, **kwargs):
+        seen.append((kwargs.get("mask"), kwargs.get("is_causal")))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(
+        chunked_attention, "chunked_dot_product_attention", recording
+    )
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 9, 4))).astype("float32")
+    full = cvk.layers.ComplexMultiHeadAttention(2, 3, softmax="abs")
+    chunked = cvk.layers.ComplexMultiHeadAttention(
+        2, 3, softmax="abs", chunk_size=4
+    )
+    expected, scores = full(
+        x, x, use_causal_mask=True, return_attention_scores=True
+    )
+    chunked(x, x)
+    chunked.set_weights(full.get_weights())
+    _close(
+        to_numpy(chunked(x, x, use_causal_mask=True)),
+        to_numpy(expected),
+        RTOL,
+        "chunked causal",
+    )
+    assert seen[-1] == (None, True)
+    out, again = chunked(
+        x, x, use_causal_mask=True, return_attention_scores=True
+    )
+    _close(to_numpy(again), to_numpy(scores), RTOL, "scores, full path")
+    _close(to_numpy(out), to_numpy(expected), RTOL, "output, full path")

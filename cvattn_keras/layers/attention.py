@@ -159,13 +159,12 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             online softmax and a recomputing gradient
             (`cvattn_keras.chunked_attention`), so that neither the forward
             pass nor the gradient holds the `(T, S)` scores: without a
-            mask, O(T) memory (every variant at T = 16,384, 4 heads, trains
-            in about 2 GiB); a mask, `use_causal_mask` included, is still a
-            `(T, S)` bool tensor (256 MiB at T = 16,384). The same results
-            within float32 rounding. The full path
-            is kept for `return_attention_scores=True`, attention dropout
-            in training, TFLite export, and a key length known only at run
-            time.
+            mask or with `use_causal_mask` only, O(T) memory (every variant
+            at T = 16,384, 4 heads, trains in about 2 GiB); another mask is
+            a `(B|1, T, S)` bool tensor (256 MiB at T = 16,384). The same
+            results within float32 rounding. The full path is kept for
+            `return_attention_scores=True`, attention dropout in training,
+            TFLite export, and a key length known only at run time.
         seed: int or None, the seed of the attention dropout. (A seeded
             initializer is seeded separately; each projection and part then
             gets its own derived seed.)
@@ -719,6 +718,12 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             key = value
         self._check_shapes(query.shape, value.shape, key.shape)
         self._check_cache(cache, cache_update_index, query.shape, value.shape)
+        # With `chunk_size`, a causal mask without a cache goes to the core
+        # as `is_causal`: the chunked path then builds each block's part
+        # only, never the (T, S) mask.
+        causal_in_core = bool(
+            use_causal_mask and cache is None and self.chunk_size is not None
+        )
         mask = self._compute_attention_mask(
             query,
             value,
@@ -726,7 +731,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             value_mask=value_mask,
             key_mask=key_mask,
             attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
+            use_causal_mask=use_causal_mask and not causal_in_core,
             cache=cache,
             cache_update_index=cache_update_index,
         )
@@ -758,8 +763,9 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                     cache[:, 1], at, ops.cast(value, cache.dtype)
                 )
                 cache = ops.stack([key, value], axis=1)
+        causal = {"is_causal": True} if causal_in_core else {}
         outputs, scores = self._compute_attention(
-            query, key, value, mask, training, return_attention_scores
+            query, key, value, mask, training, return_attention_scores, **causal
         )
         outputs = [self._project_from_heads(outputs)]  # (B, T, 2O)
         if return_attention_scores:
@@ -776,10 +782,13 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         attention_mask=None,
         training=None,
         return_attention_scores=False,
+        is_causal=False,
     ):
         """Attention on projected per-head tensors (override to change the
         mathematics). Returns the per-head output `(B, T, N, 2V)` and the
-        weights `(B, N, T, 2S)` or `None`."""
+        weights `(B, N, T, 2S)` or `None`. `is_causal=True` (passed only
+        when `chunk_size` is set, with no cache) adds the causal mask that
+        `attention_mask` then leaves out."""
         result = core.complex_dot_product_attention(
             query,
             key,
@@ -792,6 +801,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             seed=self.seed_generator,
             return_weights=return_attention_scores,
             chunk_size=self.chunk_size,
+            is_causal=is_causal,
         )
         if return_attention_scores:
             return result
