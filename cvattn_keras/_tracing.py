@@ -13,15 +13,26 @@ the integer kernels:
   overflow (its CEIL / FLOOR / POW ops have no integer kernels); only for
   the calibrated modes, whose ranges are bounded by calibration anyway.
 
-Outside `for_export` both are False. Masking has its own, public, context:
+- `exporting()`: True throughout `for_export`; complex products then
+  never take Gauss's three-product form (`complex.use_gauss`).
+
+Outside `for_export` all three are False. Masking has its own, public, context:
 `cvattn_keras.attention.portable_masking`, which `for_export` does not set.
 """
 
 import contextlib
 import contextvars
 
+_EXPORTING = contextvars.ContextVar("exporting", default=False)
 _WEIGHTS_ONCE = contextvars.ContextVar("weights_once", default=False)
 _PLAIN_STATISTICS = contextvars.ContextVar("plain_statistics", default=False)
+
+
+def exporting():
+    """Whether the layers trace for a TFLite file (inside `for_export`):
+    they then keep the block or weights-once forms of complex products,
+    never Gauss's three-product form (`complex.use_gauss`)."""
+    return _EXPORTING.get()
 
 
 def weights_once():
@@ -42,9 +53,11 @@ def for_export(plain_statistics=False, weights_once=True):
     tokens = (
         _WEIGHTS_ONCE.set(bool(weights_once)),
         _PLAIN_STATISTICS.set(bool(plain_statistics)),
+        _EXPORTING.set(True),
     )
     try:
         yield
     finally:
+        _EXPORTING.reset(tokens[2])
         _PLAIN_STATISTICS.reset(tokens[1])
         _WEIGHTS_ONCE.reset(tokens[0])

@@ -252,6 +252,7 @@ def complex_scores(
     scale=1.0,
     real_only=False,
     score_dtype=None,
+    complex_matmul="auto",
 ):
     """The scaled complex scores `A = scale * <q, k>` of every head.
 
@@ -265,29 +266,57 @@ def complex_scores(
             operands'. When it differs (bfloat16 operands, float32
             scores), the matmul takes the operands as they are, its output
             is cast to `score_dtype` and then scaled.
+        complex_matmul: `"block"`: one matmul of the queries against the
+            keys and `i` times the keys (four real multiplications per
+            complex one); `"gauss"`: Gauss's three matmuls of width S
+            (`complex.gauss_product`); `"auto"` (default): Gauss's when
+            the head width and S are both at least
+            `complex.GAUSS_MIN_SIZE`. Ignored with `real_only`.
 
     Returns:
         `(B, N, T, 2S)` with `[Re A | Im A]` on the last axis, or
         `(B, N, T, S)` holding `Re A` when `real_only`.
     """
     product = resolve_product(product)
-    # <q, k> = q conj(k') with k' = k (inner) or conj(k) (bilinear), so
-    # Re A = s(q, k') and Im A = s(q, i k').
-    key = key if product == "inner" else _conjugate(key)
-    if not real_only:
-        key = ops.concatenate([key, _times_i(key)], axis=1)  # (B, 2S, N, 2H)
+    complex_matmul = cx.resolve_complex_matmul(complex_matmul)
     equation = "btnh,bsnh->bnts"
+    if not real_only and cx.use_gauss(
+        complex_matmul, query.shape[-1] // 2, key.shape[1]
+    ):
+        # A = sum_h q_h w_h with w = conj(k) (inner) or k (bilinear).
+        key_real, key_imag = cx.split(key)
+        if product == "inner":
+            key_imag = _negative(key_imag)
+
+        def scores(query):
+            real, imag = cx.gauss_product(
+                *cx.split(query),
+                key_real,
+                key_imag,
+                lambda x, w: ops.einsum(equation, x, w),
+            )
+            return ops.concatenate([real, imag], axis=-1)
+
+    else:
+        # <q, k> = q conj(k') with k' = k (inner) or conj(k) (bilinear),
+        # so Re A = s(q, k') and Im A = s(q, i k').
+        key = key if product == "inner" else _conjugate(key)
+        if not real_only:
+            key = ops.concatenate([key, _times_i(key)], axis=1)  # (B,2S,N,2H)
+
+        def scores(query):
+            return ops.einsum(equation, query, key)
+
     if score_dtype is None or backend.standardize_dtype(
         score_dtype
     ) == backend.standardize_dtype(query.dtype):
         # Scaling the query rather than the scores touches T*2H numbers,
         # not T*2S (and no more in the gradient).
-        query = query * ops.cast(scale, query.dtype)
-        return ops.einsum(equation, query, key)
+        return scores(query * ops.cast(scale, query.dtype))
     # Low-precision operands: scale the widened scores, so that the scale
     # adds no rounding of its own.
-    scores = ops.cast(ops.einsum(equation, query, key), score_dtype)
-    return scores * ops.cast(scale, score_dtype)
+    widened = ops.cast(scores(query), score_dtype)
+    return widened * ops.cast(scale, score_dtype)
 
 
 def _portable():
@@ -471,7 +500,7 @@ def _portable_weights(scores, softmax, mask):
     return ops.concatenate([sign_r * weights, sign_i * weights], axis=-1)
 
 
-def apply_weights(weights, value, softmax="real"):
+def apply_weights(weights, value, softmax="real", complex_matmul="auto"):
     """The complex product `W v` of the weights and the values of each head.
 
     Args:
@@ -479,11 +508,27 @@ def apply_weights(weights, value, softmax="real"):
             `(B, N, T, S)` real or `(B, N, T, 2S)` stacked complex.
         value: `(B, S, N, 2V)` stacked per head.
         softmax: the variant that produced `weights`.
+        complex_matmul: for complex weights, `"block"` (one matmul
+            against the values and `i` times the values), `"gauss"`
+            (three matmuls, `complex.gauss_product`) or `"auto"`
+            (default: Gauss's when S and V are both at least
+            `complex.GAUSS_MIN_SIZE`).
 
     Returns:
         `(B, T, N, 2V)` stacked per head.
     """
-    if resolve_softmax(softmax) not in _REAL_WEIGHTS:
+    complex_matmul = cx.resolve_complex_matmul(complex_matmul)
+    complex_weights = resolve_softmax(softmax) not in _REAL_WEIGHTS
+    if complex_weights and cx.use_gauss(
+        complex_matmul, weights.shape[-1] // 2, value.shape[-1] // 2
+    ):
+        real, imag = cx.gauss_product(
+            *cx.split(weights),
+            *cx.split(value),
+            lambda x, w: ops.einsum("bnts,bsnh->btnh", x, w),
+        )
+        return ops.concatenate([real, imag], axis=-1)
+    if complex_weights:
         # [W_r | W_i] @ [v ; i v] = W_r v + W_i (i v) = W v: one matmul.
         value = ops.concatenate([value, _times_i(value)], axis=1)
     return ops.einsum("bnts,bsnh->btnh", weights, value)
@@ -502,6 +547,7 @@ def complex_dot_product_attention(
     return_weights=False,
     chunk_size=None,
     is_causal=False,
+    complex_matmul="auto",
 ):
     """Complex multi-head attention on stacked per-head tensors.
 
@@ -538,6 +584,10 @@ def complex_dot_product_attention(
             (top-left aligned), combined with `mask`. The chunked path
             builds each block's part only, so that no `(T, S)` mask is
             held; the full path builds the `(T, S)` mask.
+        complex_matmul: `"auto"` (default), `"gauss"` or `"block"`: the
+            form of the complex score and weights-times-values products
+            on the full path (see `complex_scores`, `apply_weights`); the
+            chunked path and CAtt's fused kernel have their own.
 
     Returns:
         The output `(B, T, N, 2V)`, and, if `return_weights`, the weights
@@ -553,6 +603,7 @@ def complex_dot_product_attention(
     """
     softmax = resolve_softmax(softmax)
     product = resolve_product(product)
+    complex_matmul = cx.resolve_complex_matmul(complex_matmul)
     dropout = check.rate(dropout, "dropout")
     head_dim = cx.check_even(query.shape[-1], "query.shape[-1]") // 2
     _check_shapes(query, key, value)
@@ -639,12 +690,15 @@ def complex_dot_product_attention(
         scale,
         real_only=softmax == "real",
         score_dtype=score_dtype,
+        complex_matmul=complex_matmul,
     )
     weights = attention_weights(scores, softmax, mask)
     kept = weights
     if dropout:
         kept = _dropout(weights, softmax, dropout, seed)
-    outputs = apply_weights(ops.cast(kept, out_dtype), value, softmax)
+    outputs = apply_weights(
+        ops.cast(kept, out_dtype), value, softmax, complex_matmul
+    )
     if not return_weights:
         return outputs
     if softmax in _REAL_WEIGHTS:

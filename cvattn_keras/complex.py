@@ -44,6 +44,7 @@ __all__ = [
     "conjugate",
     "dropout",
     "from_stacked",
+    "gauss_product",
     "interleaved_to_stacked",
     "kernel_once",
     "merge",
@@ -53,6 +54,7 @@ __all__ = [
     "reshape",
     "reshape_tail",
     "modulus_and_sign",
+    "resolve_complex_matmul",
     "multiply",
     "pairs_to_stacked",
     "sign",
@@ -62,6 +64,7 @@ __all__ = [
     "stacked_to_pairs",
     "times_i",
     "to_stacked",
+    "use_gauss",
 ]
 
 
@@ -464,6 +467,84 @@ def block_kernel(kernel_real, kernel_imag, in_axis=0):
     top = ops.concatenate([kernel_real, kernel_imag], axis=-1)
     bottom = ops.concatenate([-kernel_imag, kernel_real], axis=-1)
     return ops.concatenate([top, bottom], axis=in_axis)
+
+
+# --------------------------------------------------------------------------
+# Gauss's three-multiplication product.
+# --------------------------------------------------------------------------
+
+COMPLEX_MATMUL_FORMS = ("auto", "gauss", "block")
+
+# "auto" picks Gauss's form for a product whose contracted and output
+# sizes both reach this (in complex features). Measured on a 2-core CPU
+# (`python benchmarks/complex_matmul_speed.py`: ComplexDense, 2,048 rows,
+# TensorFlow, XLA on and off, forward and forward+backward), Gauss / block
+# is 0.96-1.16 at 320 features and 0.89-0.96 at 512: the three matmuls
+# of half the width run slower per FLOP than the block form's one (a
+# 320-wide matmul takes 0.34 of a 640-wide one's time, not 0.25), and the
+# sums and differences add passes over the data.
+GAUSS_MIN_SIZE = 512
+
+
+def resolve_complex_matmul(value, name="complex_matmul"):
+    """Validates a `complex_matmul` argument: `"auto"`, `"gauss"` or
+    `"block"` (any case); returns it lower-cased."""
+    if isinstance(value, str) and value.lower() in COMPLEX_MATMUL_FORMS:
+        return value.lower()
+    raise ValueError(
+        f"`{name}` must be one of {COMPLEX_MATMUL_FORMS}. "
+        f"Received: {name}={value!r}"
+    )
+
+
+def use_gauss(form, inner, outer):
+    """Whether a complex product contracting `inner` complex features into
+    `outer` ones takes Gauss's form: always for `"gauss"`, never for
+    `"block"` or while tracing for export (`cvattn_keras.export` keeps
+    its own forms), and for `"auto"` when both sizes are static and at
+    least `GAUSS_MIN_SIZE`."""
+    from cvattn_keras import _tracing
+
+    if form == "block" or _tracing.exporting():
+        return False
+    if form == "gauss":
+        return True
+    return all(
+        isinstance(size, (int, np.integer)) and size >= GAUSS_MIN_SIZE
+        for size in (inner, outer)
+    )
+
+
+def gauss_product(x_real, x_imag, w_real, w_imag, product):
+    """`(Re, Im)` of the complex product of `x = x_real + i x_imag` and
+    `w = w_real + i w_imag` by Gauss's three real products instead of
+    four:
+
+        k1 = product(x_r + x_i, w_r)
+        k2 = product(x_r, w_i - w_r)
+        k3 = product(x_i, w_r + w_i)
+        Re = k1 - k3,  Im = k1 + k2
+
+    Args:
+        x_real, x_imag: the parts of the first operand.
+        w_real, w_imag: the parts of the second (the weights: their sums
+            and differences are taken, which is cheap when they are the
+            smaller operand).
+        product: a real bilinear map `product(x, w)` (a matmul, an
+            `einsum`, a convolution).
+
+    Returns:
+        `(Re, Im)`, each `product`'s output shape.
+
+    Rounding: `Re` and `Im` are differences of products of sums, so their
+    absolute error is about the block form's (float32: a few ulps of
+    `|x| |w|`), but where `|Re|` or `|Im|` is much smaller than `|x| |w|`
+    their relative error is larger than the block form's.
+    """
+    k1 = product(x_real + x_imag, w_real)
+    k2 = product(x_real, w_imag - w_real)
+    k3 = product(x_imag, w_real + w_imag)
+    return k1 - k3, k1 + k2
 
 
 def reshape(x, sizes):

@@ -42,6 +42,25 @@ def _block_einsum(dense, inputs, equation, kernel_shape, in_axis, bias_shape):
     return outputs
 
 
+def _gauss_einsum(dense, inputs, equation, kernel_shape, bias_shape):
+    """`_block_einsum` by Gauss's three products
+    (`complex.gauss_product`): the stacked `inputs` split into their real
+    and imaginary halves on the last axis, each contracted by `equation`
+    against the kernel's parts (and sums) reshaped to `kernel_shape`; the
+    parts of the result concatenated `[re | im]` on the last axis."""
+    dtype = dense.compute_dtype
+    real, imag = cx.gauss_product(
+        *cx.split(inputs),
+        ops.reshape(ops.cast(dense.kernel_real, dtype), kernel_shape),
+        ops.reshape(ops.cast(dense.kernel_imag, dtype), kernel_shape),
+        lambda x, w: ops.einsum(equation, x, w),
+    )
+    outputs = ops.concatenate([real, imag], axis=-1)
+    if dense.use_bias:
+        outputs = outputs + _stacked_bias(dense, bias_shape)
+    return outputs
+
+
 def _matmul_once(dense, inputs, kernel_shape, in_rank=1, out_shape=None):
     """A `ComplexDense`'s kernel, its parts reshaped to `kernel_shape` and
     concatenated on axis `in_rank - 1` (`complex.kernel_once`), then
@@ -165,6 +184,17 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             results within float32 rounding. The full path is kept for
             `return_attention_scores=True`, attention dropout in training,
             TFLite export, and a key length known only at run time.
+        complex_matmul: `"auto"` (default), `"gauss"` or `"block"`: how the
+            four projections and the complex products of the attention
+            (the scores of APAtt, AAtt and RIAtt, the complex weights
+            times the values of APAtt and RIAtt) are computed: Gauss's
+            three real products or the block form's four (see
+            `ComplexDense`). `"auto"` takes Gauss's form for a product
+            whose contracted and output sizes are both at least
+            `complex.GAUSS_MIN_SIZE` (512) complex features: the
+            projections of wide layers; the attention's products only
+            for heads that wide. The chunked path and TFLite export keep
+            their own forms.
         seed: int or None, the seed of the attention dropout. (A seeded
             initializer is seeded separately; each projection and part then
             gets its own derived seed.)
@@ -255,9 +285,11 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         seed=None,
         rotary_max_wavelength=None,
         chunk_size=None,
+        complex_matmul="auto",
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
+        complex_matmul = cx.resolve_complex_matmul(complex_matmul)
         chunk_size = check.positive_int(chunk_size, "chunk_size", True)
         key_dim = check.positive_int(key_dim, "key_dim")
         value_dim = check.positive_int(value_dim, "value_dim", allow_none=True)
@@ -296,6 +328,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         self.seed = seed
         self.rotary_max_wavelength = rotary_max_wavelength
         self.chunk_size = chunk_size
+        self.complex_matmul = complex_matmul
         self.rotary = None
         if rotary_max_wavelength is not None:
             self.rotary = ComplexRotaryEmbedding(
@@ -405,6 +438,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             bias_regularizer=self.bias_regularizer,
             kernel_constraint=self.kernel_constraint,
             bias_constraint=self.bias_constraint,
+            complex_matmul=self.complex_matmul,
             dtype=self.dtype_policy,
             name=name,
         )
@@ -648,12 +682,18 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
 
         The sublayer's block kernel is assembled per head, `(2E, N, 2h)`, so
         that one einsum gives the per-head layout with no transpose of the
-        activations. Traced for export (`_tracing.weights_once`),
-        `complex.matmul_once` against `[W_i; W_r]` gives the real and the
-        imaginary parts, each real weight once, reshaped per head and
-        concatenated (rank 4 at most).
+        activations; in Gauss's form (`complex_matmul`), three einsums
+        against the kernel's parts `(E, N, h)` give each head's real and
+        imaginary parts, concatenated per head. Traced for export
+        (`_tracing.weights_once`), `complex.matmul_once` against `[W_i;
+        W_r]` gives the real and the imaginary parts, each real weight
+        once, reshaped per head and concatenated (rank 4 at most).
         """
         heads = (self.num_heads, head_dim)
+        if cx.use_gauss(self.complex_matmul, *dense.kernel_real.shape):
+            return _gauss_einsum(
+                dense, inputs, "ble,enh->blnh", (-1,) + heads, heads
+            )
         if not _tracing.weights_once():
             return _block_einsum(
                 dense, inputs, "bld,dnh->blnh", (-1,) + heads, 0, heads
@@ -676,6 +716,16 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         export, `complex.matmul_once` of the per-head rows against the
         kernel `(N, 2V, O)` (`W_i` then `W_r` in each head, flattened):
         no transpose of the activations."""
+        if cx.use_gauss(
+            self.complex_matmul, *self.output_dense.kernel_real.shape
+        ):
+            return _gauss_einsum(
+                self.output_dense,
+                inputs,
+                "btnv,nvo->bto",
+                (self.num_heads, self.value_dim, -1),
+                (-1,),
+            )
         if not _tracing.weights_once():
             kernel_shape = (self.num_heads, self.value_dim, -1)
             return _block_einsum(
@@ -802,6 +852,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             return_weights=return_attention_scores,
             chunk_size=self.chunk_size,
             is_causal=is_causal,
+            complex_matmul=self.complex_matmul,
         )
         if return_attention_scores:
             return result
@@ -824,6 +875,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                 "seed": self.seed,
                 "rotary_max_wavelength": self.rotary_max_wavelength,
                 "chunk_size": self.chunk_size,
+                "complex_matmul": self.complex_matmul,
             }
         )
         return config

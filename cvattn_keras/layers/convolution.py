@@ -35,6 +35,11 @@ class ComplexConv1D(keras.layers.Layer):
         kernel_initializer, bias_initializer, kernel_regularizer,
         bias_regularizer, kernel_constraint, bias_constraint: as in
             `ComplexDense` (each part initialised independently).
+        complex_matmul: `"auto"` (default), `"gauss"` or `"block"`, as in
+            `ComplexDense`: Gauss's form is three real convolutions
+            against `W_r`, `W_i - W_r` and `W_r + W_i`; `"auto"` takes it
+            when `kernel_size * in` and `filters` are both at least
+            `complex.GAUSS_MIN_SIZE`.
         **kwargs: base `Layer` arguments.
 
     Input shape:
@@ -56,9 +61,11 @@ class ComplexConv1D(keras.layers.Layer):
         activity_regularizer=None,
         kernel_constraint=None,
         bias_constraint=None,
+        complex_matmul="auto",
         **kwargs,
     ):
         self.filters = check.positive_int(filters, "filters")
+        self.complex_matmul = cx.resolve_complex_matmul(complex_matmul)
         self.kernel_size = check.positive_int(kernel_size, "kernel_size")
         self.strides = check.positive_int(strides, "strides")
         self.dilation_rate = check.positive_int(dilation_rate, "dilation_rate")
@@ -113,8 +120,21 @@ class ComplexConv1D(keras.layers.Layer):
         if padding == "causal":
             inputs = ops.pad(inputs, ((0, 0), (self._causal_pad(), 0), (0, 0)))
             padding = "valid"
+        kernel_shape = self.kernel_real.shape  # (k, in, filters)
         if _tracing.weights_once():
             outputs = self._conv_once(cx.columns_once(inputs), padding)
+        elif cx.use_gauss(
+            self.complex_matmul,
+            kernel_shape[0] * kernel_shape[1],
+            kernel_shape[2],
+        ):
+            real, imag = cx.gauss_product(
+                *cx.split(inputs),
+                self.kernel_real,
+                self.kernel_imag,
+                lambda x, w: self._conv(x, w, padding),
+            )
+            outputs = ops.concatenate([real, imag], axis=-1)
         else:
             # (k, 2 in, 2 filters): the inputs' channels on axis 1.
             kernel = cx.block_kernel(
@@ -217,4 +237,5 @@ class ComplexConv1D(keras.layers.Layer):
             "dilation_rate": self.dilation_rate,
             "use_bias": self.use_bias,
             **weight_options_config(self),
+            "complex_matmul": self.complex_matmul,
         }

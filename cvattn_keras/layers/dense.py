@@ -47,6 +47,16 @@ class ComplexDense(keras.layers.Layer):
         kernel_regularizer, bias_regularizer: applied to each part.
         activity_regularizer: applied to the stacked output.
         kernel_constraint, bias_constraint: applied to each part.
+        complex_matmul: how the complex product is computed: `"block"`,
+            the contraction above (four real multiplications per complex
+            one); `"gauss"`, Gauss's three real matmuls (`k1 = (x_r + x_i)
+            W_r`, `k2 = x_r (W_i - W_r)`, `k3 = x_i (W_r + W_i)`; `Re = k1
+            - k3`, `Im = k1 + k2`: 25% fewer FLOPs, the same results
+            within float32 rounding, see `complex.gauss_product`); or
+            `"auto"` (default): Gauss's form when `in_features` and
+            `units` are both at least `complex.GAUSS_MIN_SIZE` (512), where
+            it was measured faster, the block form otherwise. A TFLite
+            export always uses its own forms.
         **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
 
     Input shape:
@@ -73,12 +83,15 @@ class ComplexDense(keras.layers.Layer):
         activity_regularizer=None,
         kernel_constraint=None,
         bias_constraint=None,
+        complex_matmul="auto",
         **kwargs,
     ):
         units = check.positive_int(units, "units")
+        complex_matmul = cx.resolve_complex_matmul(complex_matmul)
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.units = units
         self.use_bias = bool(use_bias)
+        self.complex_matmul = complex_matmul
         set_weight_options(
             self,
             kernel_initializer=kernel_initializer,
@@ -131,18 +144,20 @@ class ComplexDense(keras.layers.Layer):
         if _tracing.weights_once():
             kernel = cx.kernel_once(kernel_real, kernel_imag)  # (2I, U)
             outputs = cx.matmul_once(inputs, kernel)  # (..., 2U)
-            if self.use_bias:
-                bias = [self.bias_real, self.bias_imag]
-                bias = ops.concatenate([ops.cast(b, dtype) for b in bias], 0)
-                outputs = outputs + bias
-            return outputs
-        outputs = self._apply_block(inputs, kernel_real, kernel_imag)
+        elif cx.use_gauss(self.complex_matmul, *kernel_real.shape):
+            real, imag = cx.gauss_product(
+                *cx.split(inputs), kernel_real, kernel_imag, ops.matmul
+            )
+            outputs = ops.concatenate([real, imag], axis=-1)
+        else:
+            planes = self._apply_block(inputs, kernel_real, kernel_imag)
+            outputs = cx.merge_planes(planes)
         if self.use_bias:
-            bias = [
-                ops.cast(b, dtype) for b in (self.bias_real, self.bias_imag)
-            ]
-            outputs = outputs + ops.stack(bias)
-        return cx.merge_planes(outputs)
+            bias = [self.bias_real, self.bias_imag]
+            outputs = outputs + ops.concatenate(
+                [ops.cast(b, dtype) for b in bias], axis=0
+            )
+        return outputs
 
     def _apply_block(self, inputs, kernel_real, kernel_imag):
         """`(..., 2I)` -> planes `(..., 2, U)` by the block kernel."""
@@ -170,6 +185,7 @@ class ComplexDense(keras.layers.Layer):
                 "units": self.units,
                 "use_bias": self.use_bias,
                 **weight_options_config(self),
+                "complex_matmul": self.complex_matmul,
             }
         )
         return config
