@@ -55,11 +55,13 @@ __all__ = [
     "apply_weights",
     "attention_weights",
     "check_mask_shape",
+    "chunk_for",
     "complex_dot_product_attention",
     "complex_scores",
     "expand_mask",
     "parse_variant",
     "portable_masking",
+    "resolve_chunk_size",
     "resolve_product",
     "resolve_softmax",
 ]
@@ -94,6 +96,16 @@ _REAL_WEIGHTS = ("real", "absonly")
 # it) and as `_masked_softmax` does for speed; the exporter turns it off
 # (see `portable_masking`).
 _FILL_MASKED = contextvars.ContextVar("fill_masked", default=True)
+
+# chunk_size="auto": keys in blocks of AUTO_CHUNK_SIZE once each head's
+# (T, S) scores reach AUTO_CHUNK_MIN_SCORES numbers (T * S, static; an
+# unknown T counts as S, self-attention). Below, the full path is as fast
+# or faster and its (B, N, T, 2S) scores still fit comfortably; at T = S
+# = 8192 they are 2 GiB per batch row and 4 heads, and the backward holds
+# several such tensors (measured: benchmarks/attention_memory.py). A
+# decoding step (T = 1) or a short query never chunks.
+AUTO_CHUNK_MIN_SCORES = 8192 * 8192
+AUTO_CHUNK_SIZE = 512
 
 
 def resolve_softmax(name):
@@ -245,6 +257,35 @@ def check_mask_shape(mask_shape, target, name, layout):
         )
 
 
+def resolve_chunk_size(chunk_size, name="chunk_size"):
+    """Validates a `chunk_size` argument: `None`, `"auto"` or a positive
+    int; returns it (an int as `int`)."""
+    if chunk_size == "auto" and isinstance(chunk_size, str):
+        return chunk_size
+    if chunk_size is None or check._is_int(chunk_size):
+        return check.positive_int(chunk_size, name, allow_none=True)
+    raise ValueError(
+        f"`{name}` must be a positive integer, 'auto' or None. "
+        f"Received: {name}={chunk_size!r}"
+    )
+
+
+def chunk_for(chunk_size, keys, queries=None):
+    """The block size the keys go through in, or `None` for the full
+    path: `chunk_size` (an int) when the static key length `keys` exceeds
+    it; for `"auto"`, `AUTO_CHUNK_SIZE` once `queries * keys >=
+    AUTO_CHUNK_MIN_SCORES` (an unknown query length `queries` counts as
+    `keys`) and `keys > AUTO_CHUNK_SIZE`; `None` for `chunk_size=None` or
+    an unknown key length."""
+    if keys is None or chunk_size is None:
+        return None
+    if chunk_size == "auto":
+        queries = keys if queries is None else queries
+        wide = queries * keys >= AUTO_CHUNK_MIN_SCORES
+        return AUTO_CHUNK_SIZE if wide and keys > AUTO_CHUNK_SIZE else None
+    return chunk_size if keys > chunk_size else None
+
+
 def complex_scores(
     query,
     key,
@@ -271,7 +312,8 @@ def complex_scores(
             complex one); `"gauss"`: Gauss's three matmuls of width S
             (`complex.gauss_product`); `"auto"` (default): Gauss's when
             the head width and S are both at least
-            `complex.GAUSS_MIN_SIZE`. Ignored with `real_only`.
+            `complex.GAUSS_MIN_SIZE`. Ignored with `real_only`; an S
+            unknown when traced takes the block form.
 
     Returns:
         `(B, N, T, 2S)` with `[Re A | Im A]` on the last axis, or
@@ -280,8 +322,11 @@ def complex_scores(
     product = resolve_product(product)
     complex_matmul = cx.resolve_complex_matmul(complex_matmul)
     equation = "btnh,bsnh->bnts"
-    if not real_only and cx.use_gauss(
-        complex_matmul, query.shape[-1] // 2, key.shape[1]
+    head_width, keys = query.shape[-1], key.shape[1]
+    if (
+        not real_only
+        and None not in (head_width, keys)
+        and cx.use_gauss(complex_matmul, head_width // 2, keys)
     ):
         # A = sum_h q_h w_h with w = conj(k) (inner) or k (bilinear).
         key_real, key_imag = cx.split(key)
@@ -512,15 +557,20 @@ def apply_weights(weights, value, softmax="real", complex_matmul="auto"):
             against the values and `i` times the values), `"gauss"`
             (three matmuls, `complex.gauss_product`) or `"auto"`
             (default: Gauss's when S and V are both at least
-            `complex.GAUSS_MIN_SIZE`).
+            `complex.GAUSS_MIN_SIZE`). An S unknown when traced always
+            takes the block form.
 
     Returns:
         `(B, T, N, 2V)` stacked per head.
     """
     complex_matmul = cx.resolve_complex_matmul(complex_matmul)
     complex_weights = resolve_softmax(softmax) not in _REAL_WEIGHTS
-    if complex_weights and cx.use_gauss(
-        complex_matmul, weights.shape[-1] // 2, value.shape[-1] // 2
+    # S and V as use_gauss sees them (an unknown S: the block form).
+    keys, width = value.shape[1], value.shape[-1]
+    if (
+        complex_weights
+        and None not in (keys, width)
+        and cx.use_gauss(complex_matmul, keys, width // 2)
     ):
         real, imag = cx.gauss_product(
             *cx.split(weights),
@@ -574,12 +624,14 @@ def complex_dot_product_attention(
             multiplies both parts of complex weights. Pass 0 at inference.
         seed: seed or `keras.random.SeedGenerator` for the dropout.
         return_weights: also return the weights.
-        chunk_size: `None` or a positive int: with a key length (static)
-            above `chunk_size`, and neither `return_weights` nor `dropout`
-            nor `portable_masking`, the keys go through in blocks of
-            `chunk_size` (`cvattn_keras.chunked_attention`: O(T) memory
-            forward and backward, the same results within float32
-            rounding).
+        chunk_size: `None`, `"auto"` or a positive int: with a key length
+            (static) above `chunk_size`, and neither `return_weights` nor
+            `dropout` nor `portable_masking`, the keys go through in
+            blocks of `chunk_size` (`cvattn_keras.chunked_attention`: O(T)
+            memory forward and backward, the same results within float32
+            rounding). `"auto"`: blocks of `AUTO_CHUNK_SIZE` (512) once
+            `T * S` reaches `AUTO_CHUNK_MIN_SCORES` (8192 squared; see
+            `chunk_for`). `None` (default): always the full path.
         is_causal: if `True`, query `t` attends only to keys `s <= t`
             (top-left aligned), combined with `mask`. The chunked path
             builds each block's part only, so that no `(T, S)` mask is
@@ -620,16 +672,14 @@ def complex_dot_product_attention(
             "mask",
             "(B, N, T, S)",
         )
-    chunk_size = check.positive_int(chunk_size, "chunk_size", True)
+    chunk_size = resolve_chunk_size(chunk_size)
     if not isinstance(is_causal, bool):
         raise ValueError(
             f"`is_causal` must be a bool. Received: is_causal={is_causal!r}"
         )
-    keys = key.shape[1]
+    chunk_size = chunk_for(chunk_size, key.shape[1], query.shape[1])
     if (
         chunk_size is not None
-        and keys is not None
-        and keys > chunk_size
         and not return_weights
         and not dropout
         and _FILL_MASKED.get()

@@ -626,3 +626,102 @@ def test_layer_causal_mask_reaches_the_chunked_path_as_is_causal(
     )
     _close(to_numpy(again), to_numpy(scores), RTOL, "scores, full path")
     _close(to_numpy(out), to_numpy(expected), RTOL, "output, full path")
+
+
+def test_chunk_for_and_the_auto_rule():
+    wide = att.AUTO_CHUNK_MIN_SCORES
+    side = int(round(wide**0.5))
+    assert att.chunk_for("auto", side) == att.AUTO_CHUNK_SIZE  # T = S
+    assert att.chunk_for("auto", side, side) == att.AUTO_CHUNK_SIZE
+    assert att.chunk_for("auto", side - 1, side) is None
+    assert att.chunk_for("auto", 10**6, 1) is None  # a decoding step
+    assert att.chunk_for("auto", None, side) is None  # dynamic S: full
+    # wide enough, but no more keys than one block
+    assert att.chunk_for("auto", att.AUTO_CHUNK_SIZE, 10**9) is None
+    assert att.chunk_for(None, 10**6) is None
+    assert att.chunk_for(4, 5) == 4 and att.chunk_for(4, 4) is None
+    assert att.resolve_chunk_size("auto") == "auto"
+    for bad in ("AUTO", "fast", 0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="chunk_size"):
+            att.resolve_chunk_size(bad)
+
+
+def test_layer_default_chunks_wide_scores_automatically(rng, monkeypatch):
+    """The layer's default chunk_size="auto", with the rule's constants
+    made small: 8 queries x 16 keys take the chunked path in blocks of
+    AUTO_CHUNK_SIZE and equal chunk_size=None (the full path); one query
+    (a decoding step) takes the full path. A causal mask goes as
+    `is_causal`."""
+    from cvattn_keras import chunked_attention
+
+    monkeypatch.setattr(att, "AUTO_CHUNK_MIN_SCORES", 8 * 16)
+    monkeypatch.setattr(att, "AUTO_CHUNK_SIZE", 4)
+    calls = []
+    original = chunked_attention.chunked_dot_product_attention
+
+    def counting(*args, **kwargs):
+        calls.append((kwargs.get("chunk_size"), kwargs.get("is_causal")))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(
+        chunked_attention, "chunked_dot_product_attention", counting
+    )
+    x = cvk.to_stacked(ref.random_complex(rng, (1, 16, 4))).astype("float32")
+    auto = cvk.layers.ComplexMultiHeadAttention(2, 2, softmax="abs")
+    assert auto.chunk_size == "auto"
+    assert auto.get_config()["chunk_size"] == "auto"
+    full = cvk.layers.ComplexMultiHeadAttention(
+        2, 2, softmax="abs", chunk_size=None
+    )
+    full(x, x)
+    auto(x, x)
+    auto.set_weights(full.get_weights())
+    calls.clear()
+    for causal in (False, True):
+        _close(
+            to_numpy(auto(x[:, :8], x, use_causal_mask=causal)),
+            to_numpy(full(x[:, :8], x, use_causal_mask=causal)),
+            RTOL,
+            f"auto, causal={causal}",
+        )
+    assert calls == [(4, False), (4, True)]
+    auto(x[:, :1], x)  # 1 x 16 < 8 x 16: the full path
+    assert len(calls) == 2
+
+
+def test_overrides_of_compute_attention_keep_their_causal_mask(rng):
+    """A subclass whose _compute_attention predates `is_causal` gets the
+    causal mask in `attention_mask`, chunked or not: the same output as
+    the layer without chunks."""
+
+    class Old(cvk.layers.ComplexMultiHeadAttention):
+        def _compute_attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask=None,
+            training=None,
+            return_attention_scores=False,
+        ):
+            return super()._compute_attention(
+                query,
+                key,
+                value,
+                attention_mask,
+                training,
+                return_attention_scores,
+            )
+
+    x = cvk.to_stacked(ref.random_complex(rng, (1, 9, 4))).astype("float32")
+    old = Old(2, 2, chunk_size=4)
+    full = cvk.layers.ComplexMultiHeadAttention(2, 2, chunk_size=None)
+    full(x, x)
+    old(x, x)
+    old.set_weights(full.get_weights())
+    _close(
+        to_numpy(old(x, x, use_causal_mask=True)),
+        to_numpy(full(x, x, use_causal_mask=True)),
+        RTOL,
+        "override",
+    )

@@ -17,7 +17,14 @@ from cvattn_keras import _tracing
 from cvattn_keras import attention as att
 from cvattn_keras import complex as cx
 
-VARIANTS = [(s, p) for s in att.SOFTMAX_VARIANTS for p in att.PRODUCTS]
+# Each softmax once, each product twice (the score products of both are
+# also checked alone below): the layer test costs seconds per case on JAX.
+VARIANTS = [
+    ("real", "inner"),
+    ("abs", "bilinear"),
+    ("absonly", "inner"),
+    ("naive", "bilinear"),
+]
 # float32 results of O(1) data against complex128: a few roundings per
 # product of up to ~12 terms; 1e-5 of the largest entry leaves a wide
 # margin over the ~5e-7 measured on every backend.
@@ -321,3 +328,84 @@ def test_mixed_precision_gauss_matches_float32(rng):
         out = layer(x)
         assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
         _close(to_numpy(ops.cast(out, "float32")), expected, 3e-2, form)
+
+
+def test_transformer_blocks_pass_the_form_and_chunk_size_down(rng):
+    """ComplexTransformerDecoder(complex_matmul=, chunk_size=) (the
+    arguments are the shared block's, the encoder's too): every attention
+    and feed-forward dense gets them, the config keeps them, and the
+    output equals the block form's without chunks."""
+    _, x = _stacked(rng, (2, 7, 8))
+    for cls in (cvk.layers.ComplexTransformerDecoder,):
+        block = cls(2, 6, softmax="naive", complex_matmul="block")
+        gauss = cls(2, 6, softmax="naive", complex_matmul="gauss", chunk_size=3)
+        inputs = (x,) if "Encoder" in cls.__name__ else (x, x)
+        _same_weights(block, gauss, *inputs)
+        sublayers = [gauss.self_attention, gauss.feedforward_in]
+        sublayers += [gauss.feedforward_out]
+        if hasattr(gauss, "cross_attention"):
+            sublayers.append(gauss.cross_attention)
+        assert {layer.complex_matmul for layer in sublayers} == {"gauss"}
+        assert gauss.self_attention.chunk_size == 3
+        config = gauss.get_config()
+        assert (config["complex_matmul"], config["chunk_size"]) == ("gauss", 3)
+        again = cls.from_config(config)
+        assert (again.complex_matmul, again.chunk_size) == ("gauss", 3)
+        _close(to_numpy(gauss(*inputs)), to_numpy(block(*inputs)), RTOL)
+        with pytest.raises(ValueError, match="complex_matmul"):
+            cls(2, complex_matmul="fastest")
+        with pytest.raises(ValueError, match="chunk_size"):
+            cls(2, chunk_size=0)
+
+
+@pytest.mark.parametrize("form", ["auto", "gauss", "block"])
+def test_an_unknown_key_length_traces_in_every_form(rng, form):
+    """A variable-length functional model (key length unknown when
+    traced): every variant traces, and runs, the attention's complex
+    products in the block form."""
+    data = rng.standard_normal((1, 5, 8)).astype("float32")
+    for softmax in att.SOFTMAX_VARIANTS:
+        inputs = keras.Input((None, 8))
+        layer = cvk.layers.ComplexMultiHeadAttention(
+            2, 2, softmax=softmax, complex_matmul=form
+        )
+        model = keras.Model(inputs, layer(inputs, inputs))
+        assert tuple(model.output.shape) == (None, None, 8), softmax
+        assert to_numpy(model(data)).shape == (1, 5, 8)
+
+
+def test_auto_takes_gauss_from_the_threshold_on(rng, monkeypatch):
+    """ComplexDense under "auto" calls gauss_product exactly when
+    in_features and units are both GAUSS_MIN_SIZE or more."""
+    calls = []
+    original = cx.gauss_product
+
+    def counting(*args):
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(cx, "gauss_product", counting)
+    wide = cx.GAUSS_MIN_SIZE
+    x = ops.ones((2, 2 * wide))
+    cvk.layers.ComplexDense(wide)(x)
+    assert len(calls) == 1
+    cvk.layers.ComplexDense(wide - 1)(x)
+    assert len(calls) == 1
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() == "torch",
+    reason="keras.distribution has no PyTorch implementation",
+)
+def test_auto_keeps_the_block_form_under_model_parallel():
+    devices = keras.distribution.list_devices()[:1]
+    mesh = keras.distribution.DeviceMesh((1,), ["model"], devices)
+    layout_map = keras.distribution.LayoutMap(mesh)
+    distribution = keras.distribution.ModelParallel(
+        layout_map=layout_map, batch_dim_name="model"
+    )
+    wide = 2 * cx.GAUSS_MIN_SIZE
+    assert cx.use_gauss("auto", wide, wide)
+    with distribution.scope():
+        assert not cx.use_gauss("auto", wide, wide)
+        assert cx.use_gauss("gauss", wide, wide)

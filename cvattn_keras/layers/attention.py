@@ -1,5 +1,7 @@
 """ComplexMultiHeadAttention: the attention of Eilers & Jiang (2023)."""
 
+import inspect
+
 import keras
 import numpy as np
 from keras import ops
@@ -173,8 +175,10 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             `theta_j = rotary_max_wavelength^(-j / key_dim)`, so that the
             inner-product scores depend on relative positions only.
             Defaults to `None` (no rotation).
-        chunk_size: `None` (default) or a positive int: attend to keys
-            longer than `chunk_size` in blocks of `chunk_size`, with an
+        chunk_size: `"auto"` (default), `None` or a positive int: attend
+            to keys longer than `chunk_size` in blocks of `chunk_size`
+            (`"auto"`: in blocks of 512 from 8,192 keys on, see
+            `cvattn_keras.attention.chunk_for`; `None`: never), with an
             online softmax and a recomputing gradient
             (`cvattn_keras.chunked_attention`), so that neither the forward
             pass nor the gradient holds the `(T, S)` scores: without a
@@ -284,13 +288,13 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         bias_constraint=None,
         seed=None,
         rotary_max_wavelength=None,
-        chunk_size=None,
+        chunk_size="auto",
         complex_matmul="auto",
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
         complex_matmul = cx.resolve_complex_matmul(complex_matmul)
-        chunk_size = check.positive_int(chunk_size, "chunk_size", True)
+        chunk_size = core.resolve_chunk_size(chunk_size)
         key_dim = check.positive_int(key_dim, "key_dim")
         value_dim = check.positive_int(value_dim, "value_dim", allow_none=True)
         output_dim = check.positive_int(
@@ -768,11 +772,15 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             key = value
         self._check_shapes(query.shape, value.shape, key.shape)
         self._check_cache(cache, cache_update_index, query.shape, value.shape)
-        # With `chunk_size`, a causal mask without a cache goes to the core
-        # as `is_causal`: the chunked path then builds each block's part
-        # only, never the (T, S) mask.
+        # Where the keys go through in blocks, a causal mask without a
+        # cache goes to the core as `is_causal`: the chunked path then
+        # builds each block's part only, never the (T, S) mask.
         causal_in_core = bool(
-            use_causal_mask and cache is None and self.chunk_size is not None
+            use_causal_mask
+            and cache is None
+            and self._takes_is_causal()
+            and core.chunk_for(self.chunk_size, value.shape[1], query.shape[1])
+            is not None
         )
         mask = self._compute_attention_mask(
             query,
@@ -824,6 +832,17 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             outputs.append(cache)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
+    def _takes_is_causal(self):
+        """Whether the causal mask may go to `_compute_attention` as
+        `is_causal`: not for a subclass that overrides
+        `_compute_causal_mask`, or whose `_compute_attention` has no
+        `is_causal` argument (it gets the mask as before)."""
+        base = ComplexMultiHeadAttention
+        if type(self)._compute_causal_mask is not base._compute_causal_mask:
+            return False
+        parameters = inspect.signature(self._compute_attention).parameters
+        return "is_causal" in parameters
+
     def _compute_attention(
         self,
         query,
@@ -836,9 +855,12 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
     ):
         """Attention on projected per-head tensors (override to change the
         mathematics). Returns the per-head output `(B, T, N, 2V)` and the
-        weights `(B, N, T, 2S)` or `None`. `is_causal=True` (passed only
-        when `chunk_size` is set, with no cache) adds the causal mask that
-        `attention_mask` then leaves out."""
+        weights `(B, N, T, 2S)` or `None`. `is_causal=True` adds the
+        causal mask that `attention_mask` then leaves out: passed only
+        when the key length calls for blocks (`attention.chunk_for`;
+        the core may still take the full path, e.g. for the scores),
+        with no cache, to an override that takes the argument and keeps
+        `_compute_causal_mask`."""
         result = core.complex_dot_product_attention(
             query,
             key,

@@ -136,7 +136,8 @@ class ComplexDense(keras.layers.Layer):
         # contiguous block of the contraction. Under keras.distribution's
         # ModelParallel an input-axis shard then needs the one all-reduce of
         # a real Dense, where the concatenated block kernel needed
-        # all-to-alls.
+        # all-to-alls. (Gauss's form, below, needs more communication under
+        # ModelParallel, where "auto" keeps this one: complex.use_gauss.)
         # Explicit casts: tf.stack does not take Keras variables.
         dtype = self.compute_dtype
         kernel_real = ops.cast(self.kernel_real, dtype)
@@ -151,7 +152,10 @@ class ComplexDense(keras.layers.Layer):
             outputs = ops.concatenate([real, imag], axis=-1)
         else:
             planes = self._apply_block(inputs, kernel_real, kernel_imag)
-            outputs = cx.merge_planes(planes)
+            if self.use_bias:  # on the planes, as the block form always did
+                bias = [self.bias_real, self.bias_imag]
+                planes = planes + ops.stack([ops.cast(b, dtype) for b in bias])
+            return cx.merge_planes(planes)
         if self.use_bias:
             bias = [self.bias_real, self.bias_imag]
             outputs = outputs + ops.concatenate(

@@ -5,6 +5,7 @@ import keras
 from cvattn_keras import _validation as check
 from cvattn_keras import activations
 from cvattn_keras import attention as core
+from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
 from cvattn_keras.layers._weights import resolve_option
 from cvattn_keras.layers.activations import ComplexActivation
@@ -42,9 +43,13 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         bias_initializer="zeros",
         seed=None,
         rotary_max_wavelength=None,
+        chunk_size="auto",
+        complex_matmul="auto",
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
+        chunk_size = core.resolve_chunk_size(chunk_size)
+        complex_matmul = cx.resolve_complex_matmul(complex_matmul)
         intermediate_dim = check.positive_int(
             intermediate_dim, "intermediate_dim", allow_none=True
         )
@@ -92,6 +97,8 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         )
         self.seed = seed
         self.rotary_max_wavelength = rotary_max_wavelength
+        self.chunk_size = chunk_size
+        self.complex_matmul = complex_matmul
 
     def _features(self, shape):
         features = _features(shape, type(self).__name__)
@@ -136,6 +143,8 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             product=self.product,
             dropout=self.attention_dropout,
             rotary_max_wavelength=self.rotary_max_wavelength,
+            chunk_size=self.chunk_size,
+            complex_matmul=self.complex_matmul,
             seed=self._seed(name),
             **self._initializers(name),
             **self._common(name),
@@ -156,6 +165,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         width = self.intermediate_dim or features
         self.feedforward_in = ComplexDense(
             width,
+            complex_matmul=self.complex_matmul,
             **self._initializers("feedforward_in"),
             **self._common("feedforward_in"),
         )
@@ -174,6 +184,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         )
         self.feedforward_out = ComplexDense(
             features,
+            complex_matmul=self.complex_matmul,
             **self._initializers("feedforward_out"),
             **self._common("feedforward_out"),
         )
@@ -243,6 +254,8 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             ),
             "seed": self.seed,
             "rotary_max_wavelength": self.rotary_max_wavelength,
+            "chunk_size": self.chunk_size,
+            "complex_matmul": self.complex_matmul,
         }
 
 
@@ -273,6 +286,12 @@ _BLOCK_ARGS = """
         rotary_max_wavelength: complex rotary position encoding in every
             attention (see `ComplexMultiHeadAttention`); `None` (default)
             for none.
+        chunk_size: `"auto"` (default), `None` or a positive int: every
+            attention's keys in blocks (see `ComplexMultiHeadAttention`).
+        complex_matmul: `"auto"` (default), `"gauss"` or `"block"`: the
+            form of every complex product, the attention's and the
+            feed-forward network's (see `ComplexDense`); `"gauss"` where
+            matmuls dominate (accelerators), `"auto"` picks by width.
         **kwargs: base `Layer` arguments.
 """
 
