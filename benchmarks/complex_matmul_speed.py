@@ -3,7 +3,11 @@
 Times `ComplexDense(E, complex_matmul="block")` and
 `ComplexDense(E, complex_matmul="gauss")` against a real `Dense(2E)` on the
 same `(rows, 2E)` input, for a sweep of widths E, in one round-robin group
-per (width, jit, pass) (see `_speed_timing`). Gauss's form does 3 real
+per (width, jit, pass) (see `_speed_timing`), with the bare matmuls
+of each form (one `(rows, 2E) x (2E, 2E)`; three `(rows, E) x (E, E)`;
+forward only), whose ratio bounds Gauss / block before any elementwise
+pass. Gauss's
+form does 3 real
 matmuls of `rows x E x E` where the block form does one of `rows x 2E x
 2E` (4 E^2 per row): 25% fewer FLOPs, but three narrower matmuls and a few
 elementwise passes. The measured crossover sets `complex.GAUSS_MIN_SIZE`,
@@ -45,6 +49,28 @@ def candidate(layer, x):
     )
 
 
+def matmuls(x, width, count):
+    """The bare matmuls: `count` = 1, one `(rows, 2E) x (2E, 2E)` (the
+    block form's); `count` = 3, three `(rows, E) x (E, E)` (Gauss's), on
+    separate operands, with no sums or slices: what bounds Gauss / block
+    before any elementwise pass."""
+    rng = np.random.default_rng(1)
+    if count == 1:
+        size, operands = 2 * width, [x]
+    else:  # each its own (rows, E) copy
+        size = width
+        operands = [tf.identity(x[:, :width]) for _ in range(count)]
+    kernels = [
+        tf.Variable(rng.standard_normal((size, size)).astype("float32"))
+        for _ in range(count)
+    ]
+
+    def call(*inputs):
+        return [tf.matmul(a, k) for a, k in zip(inputs, kernels)]
+
+    return dict(call=call, inputs=operands, variables=kernels)
+
+
 def bench(args):
     rows = []
     rng = np.random.default_rng(0)
@@ -52,6 +78,8 @@ def bench(args):
         data = rng.standard_normal((args.rows, 2 * width)).astype("float32")
         x = tf.constant(data)
         candidates = {
+            "one matmul": matmuls(x, width, 1),
+            "three matmuls": matmuls(x, width, 3),
             "real": candidate(keras.layers.Dense(2 * width), x),
             "block": candidate(
                 cvk.layers.ComplexDense(width, complex_matmul="block"), x
@@ -65,6 +93,7 @@ def bench(args):
                 functions = {
                     name: compiled(c, pass_, jit)
                     for name, c in candidates.items()
+                    if pass_ == "forward" or "matmul" not in name
                 }
                 timed = time_round_robin(functions, args.repeats)
                 row = dict(
@@ -78,6 +107,11 @@ def bench(args):
                     block_vs_real=ratio(timed, "block", "real"),
                     gauss_vs_real=ratio(timed, "gauss", "real"),
                     gauss_vs_block=ratio(timed, "gauss", "block"),
+                    three_vs_one=(
+                        ratio(timed, "three matmuls", "one matmul")
+                        if pass_ == "forward"
+                        else None
+                    ),
                     auto=(
                         "gauss"
                         if cvk.complex.use_gauss("auto", width, width)
@@ -96,9 +130,13 @@ def print_header():
     )
     print(
         "| E | pass | jit | real (ms) | block / real | gauss / real | "
-        "gauss / block | auto |"
+        "gauss / block | bare: three / one matmul | auto |"
     )
-    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | --- |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+
+
+def _cell(value):
+    return "" if value is None else f"{value:.3f}"
 
 
 def print_row(r):
@@ -107,7 +145,7 @@ def print_row(r):
         f"| {r['width']} | {pass_} | {'on' if r['jit'] else 'off'} | "
         f"{r['real_ms']:.2f} | {r['block_vs_real']:.3f} | "
         f"{r['gauss_vs_real']:.3f} | {r['gauss_vs_block']:.3f} | "
-        f"{r['auto']} |",
+        f"{_cell(r['three_vs_one'])} | {r['auto']} |",
         flush=True,
     )
 

@@ -99,12 +99,14 @@ _FILL_MASKED = contextvars.ContextVar("fill_masked", default=True)
 
 # chunk_size="auto": keys in blocks of AUTO_CHUNK_SIZE once each head's
 # (T, S) scores reach AUTO_CHUNK_MIN_SCORES numbers (T * S, static; an
-# unknown T counts as S, self-attention). Below, the full path is as fast
-# or faster and its (B, N, T, 2S) scores still fit comfortably; at T = S
-# = 8192 they are 2 GiB per batch row and 4 heads, and the backward holds
-# several such tensors (measured: benchmarks/attention_memory.py). A
-# decoding step (T = 1) or a short query never chunks.
-AUTO_CHUNK_MIN_SCORES = 8192 * 8192
+# unknown T counts as S, self-attention). Measured at T = S = 4096 (B = 1,
+# 4 heads, E = 128, forward+backward, XLA, benchmarks/attention_memory.py):
+# the full path peaks at 2.2-4.4 GiB, the chunked one at 1.0-1.3 GiB, in
+# 0.38x (CAtt), 1.04x (APAtt), 1.19x (AAtt), 1.10x (RIAtt) the full
+# path's time (blocks of 1024: 0.40-1.28x, no better). The full path's
+# memory grows as T * S from there. A decoding step (T = 1) or a short
+# query never chunks.
+AUTO_CHUNK_MIN_SCORES = 4096 * 4096
 AUTO_CHUNK_SIZE = 512
 
 
@@ -630,7 +632,7 @@ def complex_dot_product_attention(
             blocks of `chunk_size` (`cvattn_keras.chunked_attention`: O(T)
             memory forward and backward, the same results within float32
             rounding). `"auto"`: blocks of `AUTO_CHUNK_SIZE` (512) once
-            `T * S` reaches `AUTO_CHUNK_MIN_SCORES` (8192 squared; see
+            `T * S` reaches `AUTO_CHUNK_MIN_SCORES` (4096 squared; see
             `chunk_for`). `None` (default): always the full path.
         is_causal: if `True`, query `t` attends only to keys `s <= t`
             (top-left aligned), combined with `mask`. The chunked path

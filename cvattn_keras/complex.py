@@ -484,6 +484,13 @@ COMPLEX_MATMUL_FORMS = ("auto", "gauss", "block")
 # 320-wide matmul takes 0.34 of a 640-wide one's time, not 0.25), and the
 # sums and differences add passes over the data.
 GAUSS_MIN_SIZE = 512
+# The same for the projections of `ComplexMultiHeadAttention`: there the
+# query, key and value projections of one input share its slices and sums
+# (and the graph computes them once), and Gauss's form was measured faster
+# from 256 features on (the whole layer, batch 35, T = 64, 8 heads,
+# TensorFlow, XLA on and off, forward and forward+backward: Gauss / block
+# 0.75-0.985 at 320 features, 0.89-1.01 at 256, 0.96-1.06 at 192).
+GAUSS_MIN_SIZE_PROJECTIONS = 256
 
 
 def resolve_complex_matmul(value, name="complex_matmul"):
@@ -497,12 +504,12 @@ def resolve_complex_matmul(value, name="complex_matmul"):
     )
 
 
-def use_gauss(form, inner, outer):
+def use_gauss(form, inner, outer, minimum=GAUSS_MIN_SIZE):
     """Whether a complex product contracting `inner` complex features into
     `outer` ones takes Gauss's form: always for `"gauss"`, never for
     `"block"` or while tracing for export (`cvattn_keras.export` keeps
     its own forms), and for `"auto"` when both sizes are static and at
-    least `GAUSS_MIN_SIZE`, except under a
+    least `minimum` (`GAUSS_MIN_SIZE`), except under a
     `keras.distribution.ModelParallel` distribution: there a sharded
     kernel's sums `W_i - W_r`, `W_r + W_i` and the three products need
     more communication than the block form's one all-reduce or
@@ -520,7 +527,7 @@ def use_gauss(form, inner, outer):
     ):
         return False
     return all(
-        isinstance(size, (int, np.integer)) and size >= GAUSS_MIN_SIZE
+        isinstance(size, (int, np.integer)) and size >= minimum
         for size in (inner, outer)
     )
 

@@ -391,6 +391,15 @@ def test_auto_takes_gauss_from_the_threshold_on(rng, monkeypatch):
     assert len(calls) == 1
     cvk.layers.ComplexDense(wide - 1)(x)
     assert len(calls) == 1
+    # The attention's projections from GAUSS_MIN_SIZE_PROJECTIONS on
+    # (CAtt: no complex product in the attention itself).
+    narrow = cx.GAUSS_MIN_SIZE_PROJECTIONS
+    x = ops.ones((1, 2, 2 * narrow))
+    cvk.layers.ComplexMultiHeadAttention(2, narrow // 2)(x, x)
+    assert len(calls) == 1 + 4
+    x = ops.ones((1, 2, 2 * narrow - 2))
+    cvk.layers.ComplexMultiHeadAttention(1, narrow - 1)(x, x)
+    assert len(calls) == 1 + 4
 
 
 @pytest.mark.skipif(

@@ -177,7 +177,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             Defaults to `None` (no rotation).
         chunk_size: `"auto"` (default), `None` or a positive int: attend
             to keys longer than `chunk_size` in blocks of `chunk_size`
-            (`"auto"`: in blocks of 512 from 8,192 keys on, see
+            (`"auto"`: in blocks of 512 once T * S reaches 4096 squared, see
             `cvattn_keras.attention.chunk_for`; `None`: never), with an
             online softmax and a recomputing gradient
             (`cvattn_keras.chunked_attention`), so that neither the forward
@@ -193,12 +193,14 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             (the scores of APAtt, AAtt and RIAtt, the complex weights
             times the values of APAtt and RIAtt) are computed: Gauss's
             three real products or the block form's four (see
-            `ComplexDense`). `"auto"` takes Gauss's form for a product
-            whose contracted and output sizes are both at least
-            `complex.GAUSS_MIN_SIZE` (512) complex features: the
-            projections of wide layers; the attention's products only
-            for heads that wide. The chunked path and TFLite export keep
-            their own forms.
+            `ComplexDense`). `"auto"` takes Gauss's form for a projection
+            whose input and output widths are both at least
+            `complex.GAUSS_MIN_SIZE_PROJECTIONS` (256) complex features
+            (the three input projections share the input's sums; measured
+            faster from there), and for the attention's products only
+            where the head width and the key length are both at least
+            `complex.GAUSS_MIN_SIZE` (512). The chunked path and TFLite
+            export keep their own forms.
         seed: int or None, the seed of the attention dropout. (A seeded
             initializer is seeded separately; each projection and part then
             gets its own derived seed.)
@@ -694,7 +696,11 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         once, reshaped per head and concatenated (rank 4 at most).
         """
         heads = (self.num_heads, head_dim)
-        if cx.use_gauss(self.complex_matmul, *dense.kernel_real.shape):
+        if cx.use_gauss(
+            self.complex_matmul,
+            *dense.kernel_real.shape,
+            minimum=cx.GAUSS_MIN_SIZE_PROJECTIONS,
+        ):
             return _gauss_einsum(
                 dense, inputs, "ble,enh->blnh", (-1,) + heads, heads
             )
@@ -721,7 +727,9 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         kernel `(N, 2V, O)` (`W_i` then `W_r` in each head, flattened):
         no transpose of the activations."""
         if cx.use_gauss(
-            self.complex_matmul, *self.output_dense.kernel_real.shape
+            self.complex_matmul,
+            *self.output_dense.kernel_real.shape,
+            minimum=cx.GAUSS_MIN_SIZE_PROJECTIONS,
         ):
             return _gauss_einsum(
                 self.output_dense,
