@@ -37,11 +37,29 @@ def variant_name(softmax, product):
     return f"{PAPER_NAMES[softmax]} {PRODUCT_NAMES[product]}"
 
 
-def targets(softmax, product, pass_):
-    """(max ratio to the limit, min speed-up over native or None): issue 6."""
-    if softmax == "real" and product == "inner":
-        return (1.1, 3.0) if pass_ == "forward" else (1.2, None)
-    return 1.5, 2.0
+def targets(softmax, product, pass_, shape_name="paper"):
+    """(max ratio to the limit, min speed-up over native or None). Issue
+    13: CAtt at the paper shape ≤ 1.0 forward, ≤ 0.95 forward+backward;
+    every other row ≤ 1.5 (APAtt and RIAtt at T = 512 included). The
+    earlier issue's speed-ups over native (≥ 3× CAtt, ≥ 2× the others)
+    were found out of reach (the native projections do the same work)
+    and are no longer asked."""
+    if softmax == "real" and shape_name == "paper":
+        return (1.0, None) if pass_ == "forward" else (0.95, None)
+    if softmax == "real":
+        return (1.1, None) if pass_ == "forward" else (1.2, None)
+    return 1.5, None
+
+
+def dense_target(shape_name, pass_, jit):
+    """Issue 13: `ComplexDense` at the paper shape against `Dense(2E)`,
+    ≤ 1.0 forward and ≤ 0.92 forward+backward with XLA, ≤ 0.88 without;
+    elsewhere ≤ 1.1 (issue 6)."""
+    if shape_name != "paper":
+        return 1.1
+    if not jit:
+        return 0.88
+    return 1.0 if pass_ == "forward" else 0.92
 
 
 # --------------------------------------------------------------------------
