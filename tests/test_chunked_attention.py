@@ -453,6 +453,26 @@ def test_property_matches_reference(
 # ----------------------------------------------------------------------
 
 
+def _record_chunked_calls(monkeypatch, *names):
+    """Wraps `chunked_dot_product_attention` so that each call appends
+    the keyword arguments `names` (a tuple, or the value for one name) to
+    the returned list."""
+    from cvattn_keras import chunked_attention
+
+    calls = []
+    original = chunked_attention.chunked_dot_product_attention
+
+    def recording(*args, **kwargs):
+        values = tuple(kwargs.get(name) for name in names)
+        calls.append(values[0] if len(values) == 1 else values)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(
+        chunked_attention, "chunked_dot_product_attention", recording
+    )
+    return calls
+
+
 @pytest.mark.parametrize("softmax, product", VARIANTS)
 def test_layer_with_chunk_size_equals_the_full_layer(rng, softmax, product):
     """ComplexMultiHeadAttention(chunk_size=4) on 11 keys (three blocks)
@@ -528,18 +548,7 @@ def test_chunk_size_takes_the_chunked_path_only_where_it_may(rng, monkeypatch):
     """Which path runs, counted: the chunked one for keys longer than the
     chunk; the full one for the scores, dropout in training, export
     (portable masking) and keys within one chunk."""
-    from cvattn_keras import chunked_attention
-
-    calls = []
-    original = chunked_attention.chunked_dot_product_attention
-
-    def counting(*args, **kwargs):
-        calls.append(kwargs.get("chunk_size"))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(
-        chunked_attention, "chunked_dot_product_attention", counting
-    )
+    calls = _record_chunked_calls(monkeypatch, "chunk_size")
     x = cvk.to_stacked(ref.random_complex(rng, (1, 6, 4))).astype("float32")
     layer = cvk.layers.ComplexMultiHeadAttention(2, 2, chunk_size=2)
     layer(x, x)
@@ -592,18 +601,7 @@ def test_layer_causal_mask_reaches_the_chunked_path_as_is_causal(
     """With chunk_size and use_causal_mask alone, the layer builds no mask:
     the chunked path gets mask=None and is_causal=True, and the output and
     the returned scores equal the layer without chunks."""
-    from cvattn_keras import chunked_attention
-
-    seen = []
-    original = chunked_attention.chunked_dot_product_attention
-
-    def recording(*args, **kwargs):
-        seen.append((kwargs.get("mask"), kwargs.get("is_causal")))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(
-        chunked_attention, "chunked_dot_product_attention", recording
-    )
+    seen = _record_chunked_calls(monkeypatch, "mask", "is_causal")
     x = cvk.to_stacked(ref.random_complex(rng, (2, 9, 4))).astype("float32")
     full = cvk.layers.ComplexMultiHeadAttention(2, 3, softmax="abs")
     chunked = cvk.layers.ComplexMultiHeadAttention(
@@ -652,20 +650,9 @@ def test_layer_default_chunks_wide_scores_automatically(rng, monkeypatch):
     AUTO_CHUNK_SIZE and equal chunk_size=None (the full path); one query
     (a decoding step) takes the full path. A causal mask goes as
     `is_causal`."""
-    from cvattn_keras import chunked_attention
-
     monkeypatch.setattr(att, "AUTO_CHUNK_MIN_SCORES", 8 * 16)
     monkeypatch.setattr(att, "AUTO_CHUNK_SIZE", 4)
-    calls = []
-    original = chunked_attention.chunked_dot_product_attention
-
-    def counting(*args, **kwargs):
-        calls.append((kwargs.get("chunk_size"), kwargs.get("is_causal")))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(
-        chunked_attention, "chunked_dot_product_attention", counting
-    )
+    calls = _record_chunked_calls(monkeypatch, "chunk_size", "is_causal")
     x = cvk.to_stacked(ref.random_complex(rng, (1, 16, 4))).astype("float32")
     auto = cvk.layers.ComplexMultiHeadAttention(2, 2, softmax="abs")
     assert auto.chunk_size == "auto"
