@@ -10,8 +10,33 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+# Under pytest-xdist's `--dist loadfile` the files go to the workers in
+# collection order: the longest first (by their last measured durations,
+# a few minutes each in CI), so that no worker is left running a long file
+# at the end while the other idles.
+_LONGEST_FIRST = (
+    "test_distribution.py",
+    "test_examples.py",
+    "test_models.py",
+    "test_export_gpu.py",
+    "test_export_integer.py",
+    "test_export.py",
+    "test_transformer.py",
+    "test_cache.py",
+    "test_serialization.py",
+    "test_export_backends.py",
+)
+
+
+def _file_rank(item):
+    name = os.path.basename(str(item.fspath))
+    if name in _LONGEST_FIRST:
+        return _LONGEST_FIRST.index(name)
+    return len(_LONGEST_FIRST)
+
 
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_file_rank)  # stable: each file's order is kept
     backend = keras.backend.backend()
     if backend == "tensorflow":
         return
