@@ -151,48 +151,39 @@ def causal_mask(q):
 # --------------------------------------------------------------------------
 
 
-def built(layer, x, **kwargs):
-    layer(x, x, **kwargs)
-    return layer
+def self_attention(layer, x, causal, build_input=None):
+    """A candidate of an attention layer on `x` as query, key and value,
+    built by one eager call on `build_input` (default `x`)."""
+    build_input = x if build_input is None else build_input
+    layer(build_input, build_input, use_causal_mask=causal)
+    return dict(
+        call=lambda x: layer(x, x, use_causal_mask=causal),
+        inputs=(x,),
+        variables=layer.trainable_weights,
+    )
 
 
 def candidate_ours(
     shape, softmax, product, x, causal, form="auto", build_input=None
 ):
-    """Our layer, built by one eager call on `build_input` (default `x`)."""
+    """Our layer (see `self_attention`)."""
     cls = cvk.layers.ComplexMultiHeadAttention
-    layer = built(
-        cls(
-            shape["heads"],
-            shape["features"] // shape["heads"],
-            softmax=softmax,
-            product=product,
-            **form_kwargs(cls, form),
-        ),
-        x if build_input is None else build_input,
-        use_causal_mask=causal,
+    layer = cls(
+        shape["heads"],
+        shape["features"] // shape["heads"],
+        softmax=softmax,
+        product=product,
+        **form_kwargs(cls, form),
     )
-    return dict(
-        call=lambda x: layer(x, x, use_causal_mask=causal),
-        inputs=(x,),
-        variables=layer.trainable_weights,
-    )
+    return self_attention(layer, x, causal, build_input)
 
 
 def candidate_limit(shape, x, causal, build_input=None):
-    """The limit, built by one eager call on `build_input` (default `x`)."""
-    layer = built(
-        keras.layers.MultiHeadAttention(
-            shape["heads"], 2 * (shape["features"] // shape["heads"])
-        ),
-        x if build_input is None else build_input,
-        use_causal_mask=causal,
+    """The limit (see `self_attention`)."""
+    layer = keras.layers.MultiHeadAttention(
+        shape["heads"], 2 * (shape["features"] // shape["heads"])
     )
-    return dict(
-        call=lambda x: layer(x, x, use_causal_mask=causal),
-        inputs=(x,),
-        variables=layer.trainable_weights,
-    )
+    return self_attention(layer, x, causal, build_input)
 
 
 def complex_dense(features, form="auto"):

@@ -336,13 +336,12 @@ def complex_scores(
             key_imag = _negative(key_imag)
 
         def scores(query):
-            real, imag = cx.gauss_product(
-                *cx.split(query),
+            return cx.gauss_product_stacked(
+                query,
                 key_real,
                 key_imag,
                 lambda x, w: ops.einsum(equation, x, w),
             )
-            return ops.concatenate([real, imag], axis=-1)
 
     else:
         # <q, k> = q conj(k') with k' = k (inner) or conj(k) (bilinear),
@@ -574,12 +573,11 @@ def apply_weights(weights, value, softmax="real", complex_matmul="auto"):
         and None not in (keys, width)
         and cx.use_gauss(complex_matmul, keys, width // 2)
     ):
-        real, imag = cx.gauss_product(
-            *cx.split(weights),
+        return cx.gauss_product_stacked(
+            weights,
             *cx.split(value),
             lambda x, w: ops.einsum("bnts,bsnh->btnh", x, w),
         )
-        return ops.concatenate([real, imag], axis=-1)
     if complex_weights:
         # [W_r | W_i] @ [v ; i v] = W_r v + W_i (i v) = W v: one matmul.
         value = ops.concatenate([value, _times_i(value)], axis=1)

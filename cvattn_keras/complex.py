@@ -37,6 +37,8 @@ import numpy as np
 from keras import ops
 from keras import random
 
+from cvattn_keras import _tracing
+
 __all__ = [
     "block_kernel",
     "check_even",
@@ -45,6 +47,7 @@ __all__ = [
     "dropout",
     "from_stacked",
     "gauss_product",
+    "gauss_product_stacked",
     "interleaved_to_stacked",
     "kernel_once",
     "merge",
@@ -479,8 +482,8 @@ COMPLEX_MATMUL_FORMS = ("auto", "gauss", "block")
 # sizes both reach this (in complex features). Measured on a 2-core CPU
 # (`python benchmarks/complex_matmul_speed.py`: ComplexDense, 2,048 rows,
 # TensorFlow, XLA on and off, forward and forward+backward), Gauss / block
-# is 0.96-1.16 at 320 features and 0.89-0.96 at 512: the three matmuls
-# of half the width run slower per FLOP than the block form's one (a
+# is 0.96-1.17 at 320 features and 0.87-0.99 at 512 (two runs): the three
+# matmuls of half the width run slower per FLOP than the block form's one (a
 # 320-wide matmul takes 0.34 of a 640-wide one's time, not 0.25), and the
 # sums and differences add passes over the data.
 GAUSS_MIN_SIZE = 512
@@ -516,8 +519,6 @@ def use_gauss(form, inner, outer, minimum=GAUSS_MIN_SIZE):
     all-gather (measured in the compiled HLO: 1.5x the all-reduce bytes,
     all-to-alls for an output-axis shard), so `"auto"` keeps the block
     form and `"gauss"` pays that."""
-    from cvattn_keras import _tracing
-
     if form == "block" or _tracing.exporting():
         return False
     if form == "gauss":
@@ -566,6 +567,14 @@ def gauss_product(x_real, x_imag, w_real, w_imag, product):
     k2 = product(x_real, w_imag - w_real)
     k3 = product(x_imag, w_real + w_imag)
     return k1 - k3, k1 + k2
+
+
+def gauss_product_stacked(x, w_real, w_imag, product):
+    """`gauss_product` of a stacked `x` (split into its parts on the last
+    axis) and `w = w_real + i w_imag`: the result stacked, `[Re | Im]`
+    concatenated on the last axis."""
+    real, imag = gauss_product(*split(x), w_real, w_imag, product)
+    return ops.concatenate([real, imag], axis=-1)
 
 
 def reshape(x, sizes):

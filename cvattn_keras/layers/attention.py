@@ -51,13 +51,12 @@ def _gauss_einsum(dense, inputs, equation, kernel_shape, bias_shape):
     against the kernel's parts (and sums) reshaped to `kernel_shape`; the
     parts of the result concatenated `[re | im]` on the last axis."""
     dtype = dense.compute_dtype
-    real, imag = cx.gauss_product(
-        *cx.split(inputs),
+    outputs = cx.gauss_product_stacked(
+        inputs,
         ops.reshape(ops.cast(dense.kernel_real, dtype), kernel_shape),
         ops.reshape(ops.cast(dense.kernel_imag, dtype), kernel_shape),
         lambda x, w: ops.einsum(equation, x, w),
     )
-    outputs = ops.concatenate([real, imag], axis=-1)
     if dense.use_bias:
         outputs = outputs + _stacked_bias(dense, bias_shape)
     return outputs
@@ -786,9 +785,9 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         causal_in_core = bool(
             use_causal_mask
             and cache is None
-            and self._takes_is_causal()
             and core.chunk_for(self.chunk_size, value.shape[1], query.shape[1])
             is not None
+            and self._takes_is_causal()
         )
         mask = self._compute_attention_mask(
             query,

@@ -128,13 +128,12 @@ class ComplexConv1D(keras.layers.Layer):
             kernel_shape[0] * kernel_shape[1],
             kernel_shape[2],
         ):
-            real, imag = cx.gauss_product(
-                *cx.split(inputs),
+            outputs = cx.gauss_product_stacked(
+                inputs,
                 self.kernel_real,
                 self.kernel_imag,
                 lambda x, w: self._conv(x, w, padding),
             )
-            outputs = ops.concatenate([real, imag], axis=-1)
         else:
             # (k, 2 in, 2 filters): the inputs' channels on axis 1.
             kernel = cx.block_kernel(

@@ -146,10 +146,9 @@ class ComplexDense(keras.layers.Layer):
             kernel = cx.kernel_once(kernel_real, kernel_imag)  # (2I, U)
             outputs = cx.matmul_once(inputs, kernel)  # (..., 2U)
         elif cx.use_gauss(self.complex_matmul, *kernel_real.shape):
-            real, imag = cx.gauss_product(
-                *cx.split(inputs), kernel_real, kernel_imag, ops.matmul
+            outputs = cx.gauss_product_stacked(
+                inputs, kernel_real, kernel_imag, ops.matmul
             )
-            outputs = ops.concatenate([real, imag], axis=-1)
         else:
             planes = self._apply_block(inputs, kernel_real, kernel_imag)
             if self.use_bias:  # on the planes, as the block form always did
