@@ -507,22 +507,32 @@ def resolve_complex_matmul(value, name="complex_matmul"):
     )
 
 
-def use_gauss(form, inner, outer, minimum=GAUSS_MIN_SIZE):
+def use_gauss(form, inner, outer, minimum=GAUSS_MIN_SIZE, dtype=None):
     """Whether a complex product contracting `inner` complex features into
     `outer` ones takes Gauss's form: always for `"gauss"`, never for
     `"block"` or while tracing for export (`cvattn_keras.export` keeps
     its own forms), and for `"auto"` when both sizes are static and at
-    least `minimum` (`GAUSS_MIN_SIZE`), except under a
-    `keras.distribution.ModelParallel` distribution: there a sharded
-    kernel's sums `W_i - W_r`, `W_r + W_i` and the three products need
-    more communication than the block form's one all-reduce or
-    all-gather (measured in the compiled HLO: 1.5x the all-reduce bytes,
-    all-to-alls for an output-axis shard), so `"auto"` keeps the block
-    form and `"gauss"` pays that."""
+    least `minimum` (`GAUSS_MIN_SIZE`), except
+
+    - under a float16 compute `dtype` (the product's operands): there
+      `gauss_product` computes in float32 (float16's range is too narrow
+      for its sums, see there), which is slower than the block form's
+      float16 product, so `"auto"` keeps the block form and `"gauss"`
+      pays that; and
+    - under a `keras.distribution.ModelParallel` distribution: there a
+      sharded kernel's sums `W_i - W_r`, `W_r + W_i` and the three
+      products need more communication than the block form's one
+      all-reduce or all-gather (measured in the compiled HLO: 1.5x the
+      all-reduce bytes, all-to-alls for an output-axis shard), so
+      `"auto"` keeps the block form and `"gauss"` pays that.
+
+    `dtype=None` (unknown) is taken as a wide-range dtype."""
     if form == "block" or _tracing.exporting():
         return False
     if form == "gauss":
         return True
+    if dtype is not None and _is_narrow(dtype):
+        return False
     if isinstance(
         keras.distribution.distribution(), keras.distribution.ModelParallel
     ):
@@ -531,6 +541,16 @@ def use_gauss(form, inner, outer, minimum=GAUSS_MIN_SIZE):
         isinstance(size, (int, np.integer)) and size >= minimum
         for size in (inner, outer)
     )
+
+
+# Compute dtypes whose range Gauss's sums can leave where the block form's
+# products do not (float16's largest value is 65504); `gauss_product`
+# computes in float32 under them. bfloat16 has float32's range.
+_NARROW = ("float16",)
+
+
+def _is_narrow(dtype):
+    return keras.backend.standardize_dtype(dtype) in _NARROW
 
 
 def gauss_product(x_real, x_imag, w_real, w_imag, product):
@@ -552,21 +572,44 @@ def gauss_product(x_real, x_imag, w_real, w_imag, product):
             `einsum`, a convolution).
 
     Returns:
-        `(Re, Im)`, each `product`'s output shape.
+        `(Re, Im)`, each `product`'s output shape and dtype (`x_real`'s
+        when an operand is float16, see below).
+
+    Range: the sums `x_r + x_i`, `w_r + w_i` and the products `k1`, `k3`
+    can be up to twice the block form's terms, and `k1`, `k3` much larger
+    than `Re` when they cancel, so in float16 (largest value 65504) they
+    overflow where the block form's results are finite (`x_r = x_i =
+    4e4`). When any operand is float16, the sums and the three products
+    are therefore computed in float32 (no float16 operand can overflow
+    them there) and `Re`, `Im` cast back to float16: finite wherever the
+    block form's are (to float32 rounding of a result at 65504). float32
+    and bfloat16 (largest value 3.4e38) are computed as they come: the
+    same factor of two matters there only for data whose products with
+    the weights approach 1e38.
 
     Rounding: `Re` and `Im` are differences of products of sums, so their
     absolute error is about the block form's (float32: a few ulps of
     `|x| |w|`; measured 0.9-1.3x the block form's on inputs of modulus
     1e3), but where `|Re|` or `|Im|` is much smaller than `|x| |w|` their
-    relative error is larger. In 16-bit compute dtypes the sums are
-    rounded too: measured 1.5-2.7x the block form's error (mixed_bfloat16
-    attention 7e-3 against 5e-3 of the output's scale; mixed_float16
-    2.4e-3 against 8.8e-4).
+    relative error is larger. In bfloat16 the sums are rounded too:
+    measured 1.5-2.7x the block form's error (mixed_bfloat16 attention
+    7e-3 against 5e-3 of the output's scale). Under float16 (computed in
+    float32, above) the error is the final rounding to float16.
     """
+    operands = (x_real, x_imag, w_real, w_imag)
+    narrow = any(_is_narrow(operand.dtype) for operand in operands)
+    if narrow:
+        out_dtype = keras.backend.standardize_dtype(x_real.dtype)
+        x_real, x_imag, w_real, w_imag = (
+            ops.cast(operand, "float32") for operand in operands
+        )
     k1 = product(x_real + x_imag, w_real)
     k2 = product(x_real, w_imag - w_real)
     k3 = product(x_imag, w_real + w_imag)
-    return k1 - k3, k1 + k2
+    real, imag = k1 - k3, k1 + k2
+    if narrow:
+        real, imag = ops.cast(real, out_dtype), ops.cast(imag, out_dtype)
+    return real, imag
 
 
 def gauss_product_stacked(x, w_real, w_imag, product):

@@ -10,6 +10,10 @@ import numpy_reference as ref
 import pytest
 from backend_utils import gradients
 from backend_utils import to_numpy
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from keras import ops
 
 import cvattn_keras as cvk
@@ -418,3 +422,132 @@ def test_auto_keeps_the_block_form_under_model_parallel():
     with distribution.scope():
         assert not cx.use_gauss("auto", wide, wide)
         assert cx.use_gauss("gauss", wide, wide)
+
+
+# ----------------------------------------------------------------------
+# float16's range (issue 22, item 2).
+# ----------------------------------------------------------------------
+
+
+def _float16_twins(make, inputs, kernel_real, kernel_imag):
+    """The block- and Gauss-form outputs, as float32 NumPy, of two
+    mixed_float16 layers `make(form)` with the given kernels."""
+    outputs = []
+    for form in ("block", "gauss"):
+        layer = make(form)
+        layer.build(inputs.shape)
+        layer.set_weights([kernel_real, kernel_imag])
+        out = layer(inputs)
+        assert keras.backend.standardize_dtype(out.dtype) == "float16"
+        outputs.append(to_numpy(ops.cast(out, "float32")))
+    return outputs
+
+
+def test_gauss_under_float16_is_as_finite_as_the_block_form():
+    """`x_r = x_i = 4e4` (the issue's case): `x_r + x_i` exceeds float16's
+    65504, so Gauss's form computed in float16 gave -inf where the block
+    form's results are finite. It computes in float32 and agrees."""
+    x = np.full((1, 2), 4e4, "float32")  # one complex feature
+    kernel_real = np.array([[0.5, -0.25]], "float32")
+    kernel_imag = np.array([[0.125, 0.75]], "float32")
+    block, gauss = _float16_twins(
+        lambda form: cvk.layers.ComplexDense(
+            2, use_bias=False, complex_matmul=form, dtype="mixed_float16"
+        ),
+        x,
+        kernel_real,
+        kernel_imag,
+    )
+    # (4e4 + 4e4 i)(W_r + i W_i): Re = 4e4 (W_r - W_i), Im = 4e4 (W_r + W_i).
+    expected = 4e4 * np.concatenate(
+        [kernel_real - kernel_imag, kernel_real + kernel_imag], axis=-1
+    )
+    np.testing.assert_allclose(block, expected, rtol=1e-3)
+    np.testing.assert_allclose(gauss, expected, rtol=1e-3)
+
+
+def test_auto_keeps_the_block_form_under_float16(monkeypatch):
+    """The "auto" rule never takes Gauss's form for float16 operands (it
+    would compute in float32, slower than the block form): the
+    attention's projections from GAUSS_MIN_SIZE_PROJECTIONS features on,
+    which take it under float32, do not under mixed_float16. bfloat16
+    has float32's range: no change there; an explicit "gauss" is kept."""
+    wide = 2 * cx.GAUSS_MIN_SIZE
+    assert not cx.use_gauss("auto", wide, wide, dtype="float16")
+    assert cx.use_gauss("auto", wide, wide, dtype="bfloat16")
+    assert cx.use_gauss("auto", wide, wide, dtype="float32")
+    assert cx.use_gauss("gauss", 1, 1, dtype="float16")
+    calls = []
+    original = cx.gauss_product
+
+    def counting(*args):
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(cx, "gauss_product", counting)
+    narrow = cx.GAUSS_MIN_SIZE_PROJECTIONS
+    x = ops.ones((1, 2, 2 * narrow))
+    layer = cvk.layers.ComplexMultiHeadAttention(
+        1, narrow, dtype="mixed_float16"
+    )
+    out = layer(x, x)
+    assert keras.backend.standardize_dtype(out.dtype) == "float16"
+    assert calls == []
+    cvk.layers.ComplexMultiHeadAttention(1, narrow)(x, x)  # float32
+    assert len(calls) == 4
+
+
+# float16 values of every magnitude up to its largest, the extremes
+# included; kernels up to 2 in modulus, so that a product of the largest
+# inputs overflows in either form and one near the limit may or may not.
+_FLOAT16 = st.floats(-65504, 65504, width=16)
+_WEIGHT = st.floats(-2, 2, width=16)
+
+
+@pytest.mark.parametrize("layer", ["dense", "conv"])
+@settings(derandomize=True, max_examples=25, deadline=None)
+@given(data=st.data())
+def test_gauss_is_finite_wherever_the_block_form_is_in_float16(layer, data):
+    """Under mixed_float16, for inputs near float16's limit: wherever the
+    block form's output is finite, Gauss's is too, and there both are
+    the exact product within float16 rounding."""
+    if layer == "dense":
+        x_shape, kernel_shape = (3, 4), (2, 3)
+
+        def make(form):
+            return cvk.layers.ComplexDense(
+                3, use_bias=False, complex_matmul=form, dtype="mixed_float16"
+            )
+
+    else:
+        x_shape, kernel_shape = (1, 3, 4), (2, 2, 3)
+
+        def make(form):
+            return cvk.layers.ComplexConv1D(
+                3, 2, use_bias=False, complex_matmul=form, dtype="mixed_float16"
+            )
+
+    x = data.draw(hnp.arrays("float16", x_shape, elements=_FLOAT16))
+    kernel_real, kernel_imag = (
+        data.draw(hnp.arrays("float16", kernel_shape, elements=_WEIGHT))
+        for _ in range(2)
+    )
+    x, kernel_real, kernel_imag = (
+        a.astype("float32") for a in (x, kernel_real, kernel_imag)
+    )
+    block, gauss = _float16_twins(make, x, kernel_real, kernel_imag)
+    finite = np.isfinite(block)
+    assert np.isfinite(gauss[finite]).all(), (x, block, gauss)
+    # The exact product, and the scale of its terms for the tolerance.
+    z = x[..., :2].astype(np.float64) + 1j * x[..., 2:]
+    w = kernel_real.astype(np.float64) + 1j * kernel_imag
+    if layer == "dense":
+        exact, scale = z @ w, np.abs(z) @ np.abs(w)
+    else:
+        exact = sum(z[:, k : k + 2] @ w[k] for k in range(2))
+        scale = sum(np.abs(z[:, k : k + 2]) @ np.abs(w[k]) for k in range(2))
+    exact = np.concatenate([exact.real, exact.imag], axis=-1)
+    scale = np.concatenate([scale, scale], axis=-1)
+    tolerance = 2.0**-9 * scale + 1e-3
+    for out in (block, gauss):
+        assert (np.abs(out - exact)[finite] <= tolerance[finite]).all()

@@ -198,8 +198,9 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             (the three input projections share the input's sums; measured
             faster from there), and for the attention's products only
             where the head width and the key length are both at least
-            `complex.GAUSS_MIN_SIZE` (512). The chunked path and TFLite
-            export keep their own forms.
+            `complex.GAUSS_MIN_SIZE` (512); never under a float16
+            compute dtype (see `complex.use_gauss`). The chunked path and
+            TFLite export keep their own forms.
         seed: int or None, the seed of the attention dropout. (A seeded
             initializer is seeded separately; each projection and part then
             gets its own derived seed.)
@@ -699,6 +700,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             self.complex_matmul,
             *dense.kernel_real.shape,
             minimum=cx.GAUSS_MIN_SIZE_PROJECTIONS,
+            dtype=dense.compute_dtype,
         ):
             return _gauss_einsum(
                 dense, inputs, "ble,enh->blnh", (-1,) + heads, heads
@@ -729,6 +731,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             self.complex_matmul,
             *self.output_dense.kernel_real.shape,
             minimum=cx.GAUSS_MIN_SIZE_PROJECTIONS,
+            dtype=self.output_dense.compute_dtype,
         ):
             return _gauss_einsum(
                 self.output_dense,

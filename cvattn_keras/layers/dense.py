@@ -55,8 +55,11 @@ class ComplexDense(keras.layers.Layer):
             within float32 rounding, see `complex.gauss_product`); or
             `"auto"` (default): Gauss's form when `in_features` and
             `units` are both at least `complex.GAUSS_MIN_SIZE` (512), where
-            it was measured faster, the block form otherwise. A TFLite
-            export always uses its own forms.
+            it was measured faster, the block form otherwise. Under a
+            float16 compute dtype Gauss's form computes in float32 (its
+            sums overflow float16 where the block form's results do not)
+            and `"auto"` takes the block form. A TFLite export always uses
+            its own forms.
         **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
 
     Input shape:
@@ -145,7 +148,7 @@ class ComplexDense(keras.layers.Layer):
         if _tracing.weights_once():
             kernel = cx.kernel_once(kernel_real, kernel_imag)  # (2I, U)
             outputs = cx.matmul_once(inputs, kernel)  # (..., 2U)
-        elif cx.use_gauss(self.complex_matmul, *kernel_real.shape):
+        elif cx.use_gauss(self.complex_matmul, *kernel_real.shape, dtype=dtype):
             outputs = cx.gauss_product_stacked(
                 inputs, kernel_real, kernel_imag, ops.matmul
             )
