@@ -229,13 +229,29 @@ def _qam(order, symbols):
 
 def _gfsk(bits, samples_per_symbol, bt=0.5, index=0.5):
     """Gaussian-filtered FSK: frequency pulses of +-1, Gaussian filter of
-    bandwidth-time `bt`, modulation index `index`."""
+    bandwidth-time `bt`, modulation index `index`.
+
+    `bits` `(rows, symbols)` -> `(rows, symbols * samples_per_symbol)`:
+    the frequency at sample `t` is `sum_m g[m] p[t - m]` over the
+    filter's taps `g[m]`, `|m| <= 2 samples_per_symbol` (centred, summing
+    to 1), and the pulses `p` (0 outside the signal); the phase is its
+    running sum times `pi index / samples_per_symbol`. (`np.convolve(...,
+    mode="same")` centres on the longer of its operands: the filter
+    itself when the signal is at most four symbols long.)
+    """
     pulses = np.repeat(2.0 * bits - 1.0, samples_per_symbol, axis=-1)
-    span = np.arange(-2 * samples_per_symbol, 2 * samples_per_symbol + 1)
+    delay = 2 * samples_per_symbol  # the taps' centre
+    span = np.arange(-delay, delay + 1)
     sigma = np.sqrt(np.log(2)) / (2 * np.pi * bt) * samples_per_symbol
     taps = np.exp(-0.5 * (span / sigma) ** 2)
     taps /= taps.sum()
-    smooth = np.stack([np.convolve(p, taps, mode="same") for p in pulses])
+    # Windows of the zero-padded pulses, one per output sample, centred on
+    # it: (rows, samples, taps). The taps are symmetric (no flip needed).
+    padded = np.pad(pulses, ((0, 0), (delay, delay)))
+    windows = np.lib.stride_tricks.sliding_window_view(
+        padded, taps.size, axis=-1
+    )
+    smooth = windows @ taps
     phase = np.pi * index * np.cumsum(smooth, axis=-1) / samples_per_symbol
     return np.exp(1j * phase)
 
