@@ -30,6 +30,15 @@ def positive_int(value, name, allow_none=False):
     return int(value)
 
 
+def boolean(value, name):
+    """A bool (NumPy's `bool_` too): not an int, a string or None."""
+    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+        raise ValueError(
+            f"`{name}` must be True or False. Received: {name}={value!r}"
+        )
+    return bool(value)
+
+
 def seed(value, name="seed"):
     if value is None:
         return None

@@ -29,10 +29,13 @@ axis, as keras-hub does (weights sharded FSDP-style when that axis has more
 than one device).
 """
 
+import collections.abc
 import json
 import os
 
 import keras
+
+from cvattn_keras import _validation as check
 
 __all__ = ["get_layout_map", "make_train_step", "tf_config", "train"]
 
@@ -162,10 +165,20 @@ def tf_config(environ=None):
     "evaluator" | "ps", "index": i}` whose index is in the cluster.
 
     Raises:
-        ValueError: naming `TF_CONFIG`, for anything else.
+        ValueError: naming `TF_CONFIG`, for anything else; naming
+            `environ` for an `environ` that is not a mapping.
     """
     environ = os.environ if environ is None else environ
+    if not isinstance(environ, collections.abc.Mapping):
+        raise ValueError(
+            "`environ` must be a mapping of environment variables (like "
+            f"`os.environ`) or None. Received: environ={environ!r}"
+        )
     text = environ.get("TF_CONFIG", "")
+    if not isinstance(text, str):
+        raise ValueError(
+            f"`TF_CONFIG` must be a string. Received: TF_CONFIG={text!r}"
+        )
     if not text.strip():
         return None
     try:
@@ -259,27 +272,24 @@ def make_train_step(
         where `distributed_batch` is an `(x, y)` pair of per-replica values
         (from `strategy.experimental_distribute_dataset` or
         `strategy.experimental_distribute_values_from_function`).
+
+    Raises:
+        ValueError: naming the argument and the value received, for a
+            `model` that is not a built Keras layer or model, an
+            `optimizer` that is not a Keras optimizer, a `loss_fn` that is
+            not callable, a `strategy` that is not a `tf.distribute`
+            strategy, a `global_batch_size` that is not a positive int or
+            a `jit_compile` that is not a bool; before the optimizer is
+            built.
     """
     import tensorflow as tf
 
-    if (
-        not isinstance(global_batch_size, int)
-        or isinstance(global_batch_size, bool)
-        or global_batch_size < 1
-    ):
-        raise ValueError(
-            "`global_batch_size` must be a positive int. Received: "
-            f"global_batch_size={global_batch_size!r}"
-        )
-
+    global_batch_size = _check_step_arguments(
+        model, optimizer, loss_fn, strategy, global_batch_size, jit_compile
+    )
     # Variables are created here, not lazily in the first traced step (a
     # tf.function may not create them under a strategy).
     with strategy.scope():
-        if not model.built:
-            raise ValueError(
-                "`model` must be built (called once, or created with "
-                "`keras.Input`) before `make_train_step`."
-            )
         if not optimizer.built:
             optimizer.build(model.trainable_variables)
 
@@ -306,6 +316,74 @@ def make_train_step(
     return step
 
 
+def _check_step_arguments(
+    model, optimizer, loss_fn, strategy, global_batch_size, jit_compile
+):
+    """Raises a `ValueError` naming the first bad argument of
+    `make_train_step` (and `train`); changes nothing. Returns
+    `global_batch_size` as an int."""
+    import tensorflow as tf
+
+    if not isinstance(model, keras.layers.Layer):
+        raise ValueError(
+            f"`model` must be a Keras model. Received: model={model!r}"
+        )
+    if not model.built:
+        raise ValueError(
+            "`model` must be built (called once, or created with "
+            "`keras.Input`) before `make_train_step`. Received: "
+            f"model={model!r} (not built)"
+        )
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(
+            "`optimizer` must be a Keras optimizer. Received: "
+            f"optimizer={optimizer!r}"
+        )
+    if not callable(loss_fn):
+        raise ValueError(
+            "`loss_fn` must be callable, `loss_fn(y_true, y_pred)`. "
+            f"Received: loss_fn={loss_fn!r}"
+        )
+    strategies = (tf.distribute.Strategy, tf.compat.v1.distribute.Strategy)
+    if not isinstance(strategy, strategies):
+        raise ValueError(
+            "`strategy` must be a `tf.distribute.Strategy` (e.g. "
+            "`tf.distribute.get_strategy()`). Received: "
+            f"strategy={strategy!r}"
+        )
+    global_batch_size = check.positive_int(
+        global_batch_size, "global_batch_size"
+    )
+    check.boolean(jit_compile, "jit_compile")
+    return global_batch_size
+
+
+def _examples(x, y):
+    """The number of examples of `x` and `y` (nested structures of
+    arrays): the common length of the first axis of every array. Raises
+    a `ValueError` naming `x` and `y` otherwise."""
+    import numpy as np
+
+    sizes = {}
+    for name, data in (("x", x), ("y", y)):
+        leaves = keras.tree.flatten(data)
+        shapes = [np.shape(leaf) for leaf in leaves]
+        if not leaves or any(len(shape) == 0 for shape in shapes):
+            raise ValueError(
+                f"`{name}` must be an array, or a structure of arrays, "
+                "with a batch axis first. Received: "
+                f"{name} of shapes {shapes}"
+            )
+        sizes[name] = [shape[0] for shape in shapes]
+    if len(set(sizes["x"] + sizes["y"])) != 1:
+        raise ValueError(
+            "`x` and `y` must hold the same number of examples (the first "
+            f"axis of every array). Received: first axes x: {sizes['x']}, "
+            f"y: {sizes['y']}"
+        )
+    return sizes["x"][0]
+
+
 def _replica_batches(strategy, x, y, global_batch_size):
     """A function `step -> (x, y)` distributed over the replicas: batch
     `step` (cyclic over the data) holds rows `[step * G, (step + 1) * G)`
@@ -322,7 +400,7 @@ def _replica_batches(strategy, x, y, global_batch_size):
             f"global_batch_size={global_batch_size}"
         )
     per_replica = global_batch_size // replicas
-    examples = len(keras.tree.flatten(x)[0])
+    examples = _examples(x, y)
     batches = examples // global_batch_size
     if batches < 1:
         raise ValueError(
@@ -384,26 +462,60 @@ def train(
         x, y: NumPy arrays of inputs and targets.
         strategy: a `tf.distribute.Strategy`.
         loss_fn: per-example loss, see `make_train_step`.
-        global_batch_size: positive int, divisible by the replica count.
-        steps: the total number of steps (including those already done).
+        global_batch_size: positive int, divisible by the replica count,
+            at most the number of examples.
+        steps: positive int, the total number of steps (including those
+            already done).
         checkpoint_dir: directory for the checkpoints, or `None`.
-        checkpoint_every: save every this many steps.
-        max_to_keep: checkpoints kept.
-        jit_compile: see `make_train_step`.
+        checkpoint_every: positive int: save every this many steps.
+        max_to_keep: positive int, the checkpoints kept; `None` keeps
+            all.
+        jit_compile: bool, see `make_train_step`.
         callback: optional `callback(step, loss)` after every step (`step`
             counts from 1; `loss` a float).
 
     Returns:
         The list of the losses of the steps run by this call.
+
+    Raises:
+        ValueError: naming the argument and the value received, before
+            the first step (nothing changed: no weight, optimizer or
+            checkpoint): the arguments of `make_train_step`; `x`, `y`
+            without a common number of examples or holding less than one
+            global batch; a `global_batch_size` the replicas do not
+            divide; `steps`, `checkpoint_every` not positive ints;
+            `max_to_keep` not a positive int or None; `checkpoint_dir`
+            not a non-empty path or None; `callback` neither callable
+            nor None.
     """
     import shutil
 
     import tensorflow as tf
 
-    step_fn = make_train_step(
+    global_batch_size = _check_step_arguments(
         model, optimizer, loss_fn, strategy, global_batch_size, jit_compile
     )
     batch_at = _replica_batches(strategy, x, y, global_batch_size)
+    steps = check.positive_int(steps, "steps")
+    if checkpoint_dir is not None:
+        if not isinstance(checkpoint_dir, (str, os.PathLike)) or not str(
+            os.fspath(checkpoint_dir)
+        ):
+            raise ValueError(
+                "`checkpoint_dir` must be a directory path or None. "
+                f"Received: checkpoint_dir={checkpoint_dir!r}"
+            )
+        checkpoint_dir = str(os.fspath(checkpoint_dir))
+    checkpoint_every = check.positive_int(checkpoint_every, "checkpoint_every")
+    max_to_keep = check.positive_int(max_to_keep, "max_to_keep", True)
+    if callback is not None and not callable(callback):
+        raise ValueError(
+            "`callback` must be callable, `callback(step, loss)`, or None. "
+            f"Received: callback={callback!r}"
+        )
+    step_fn = make_train_step(
+        model, optimizer, loss_fn, strategy, global_batch_size, jit_compile
+    )
     manager = write_dir = None
     with strategy.scope():
         done = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")

@@ -294,12 +294,138 @@ def test_tf_config_rejects_what_cannot_be_used(text):
     assert "Received: TF_CONFIG=" in str(info.value)
 
 
-def test_make_train_step_checks_its_arguments():
-    model = keras.Sequential([keras.layers.Dense(2)])
-    with pytest.raises(ValueError, match="global_batch_size"):
-        distribution.make_train_step(
-            model, keras.optimizers.SGD(), None, None, 0
-        )
+def test_tf_config_rejects_an_environ_that_is_not_a_mapping():
+    with pytest.raises(ValueError, match="environ='TF_CONFIG'"):
+        distribution.tf_config("TF_CONFIG")
+    with pytest.raises(ValueError, match="TF_CONFIG=5"):
+        distribution.tf_config({"TF_CONFIG": 5})
+
+
+def _small_problem():
+    """A built one-layer model, an SGD optimizer (not built), 8 examples
+    and a valid set of `train` arguments for the default strategy."""
+    import tensorflow as tf
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.1)
+    rng = np.random.default_rng(0)
+    data = dict(
+        x=rng.standard_normal((8, 4)).astype("float32"),
+        y=rng.standard_normal((8, 1)).astype("float32"),
+    )
+    arguments = dict(
+        strategy=tf.distribute.get_strategy(),
+        optimizer=optimizer,
+        loss_fn=keras.losses.mean_squared_error,
+        global_batch_size=4,
+        steps=1,
+    )
+    return model, optimizer, data, arguments
+
+
+# Each bad value of an argument of make_train_step (and train).
+_BAD_STEP_ARGUMENTS = [
+    ("global_batch_size", 0),
+    ("global_batch_size", 2.5),
+    ("global_batch_size", "4"),
+    ("global_batch_size", True),
+    ("optimizer", None),
+    ("optimizer", "sgd"),
+    ("loss_fn", None),
+    ("loss_fn", "mse"),
+    ("strategy", None),
+    ("jit_compile", "yes"),
+    ("jit_compile", None),
+]
+
+
+@pytest.mark.tensorflow_only(reason="tf.distribute")
+@pytest.mark.parametrize("name, value", _BAD_STEP_ARGUMENTS)
+def test_make_train_step_checks_its_arguments(name, value):
+    """A ValueError naming the argument and the value, before the
+    optimizer is built."""
+    model, optimizer, _, arguments = _small_problem()
+    arguments.pop("steps")
+    arguments[name] = value
+    with pytest.raises(ValueError, match=re.escape(f"{name}={value!r}")):
+        distribution.make_train_step(model, **arguments)
+    assert not optimizer.built
+
+
+@pytest.mark.tensorflow_only(reason="tf.distribute")
+def test_make_train_step_needs_a_built_model():
+    _, optimizer, _, arguments = _small_problem()
+    arguments.pop("steps")
+    unbuilt = keras.Sequential([keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="`model` must be built"):
+        distribution.make_train_step(unbuilt, **arguments)
+    with pytest.raises(ValueError, match="model=None"):
+        distribution.make_train_step(None, **arguments)
+    assert not optimizer.built
+
+
+@pytest.mark.tensorflow_only(reason="tf.distribute")
+def test_train_with_the_small_problem_trains_and_checkpoints(tmp_path):
+    """The control of the test below: its valid arguments train (the
+    weights change, one loss per step, NumPy ints accepted) and save."""
+    model, optimizer, data, arguments = _small_problem()
+    before = [np.array(w) for w in model.get_weights()]
+    arguments.update(steps=np.int64(2), checkpoint_every=np.int32(1))
+    losses = distribution.train(
+        model, **data, **arguments, checkpoint_dir=str(tmp_path)
+    )
+    assert len(losses) == 2 and optimizer.built
+    assert any(
+        not np.array_equal(w, old)
+        for w, old in zip(model.get_weights(), before)
+    )
+    assert any(tmp_path.iterdir())
+
+
+@pytest.mark.tensorflow_only(reason="tf.distribute")
+@pytest.mark.parametrize(
+    "name, value, match",
+    [(name, value, None) for name, value in _BAD_STEP_ARGUMENTS]
+    + [
+        ("steps", 2.5, None),  # ran 3 steps
+        ("steps", -1, None),  # returned []
+        ("steps", 0, None),
+        ("steps", "3", None),  # TypeError: '<' not supported
+        ("steps", None, None),
+        ("checkpoint_every", 0, None),  # ZeroDivisionError after a step
+        ("checkpoint_every", 1.5, None),
+        ("max_to_keep", 0, None),
+        ("max_to_keep", "2", None),
+        ("checkpoint_dir", 5, None),
+        ("checkpoint_dir", "", None),
+        ("callback", "print", None),
+        ("model", "model", None),
+        ("global_batch_size", 16, "at least one global batch"),
+        ("x", np.zeros((6, 4), "float32"), "same number of examples"),
+        ("y", np.zeros((6, 1), "float32"), "same number of examples"),
+        ("y", 1.0, "`y` must be an array"),
+    ],
+)
+def test_train_rejects_a_bad_argument_before_the_first_step(
+    tmp_path, name, value, match
+):
+    """Issue 22: each bad value raises a ValueError naming the argument
+    and the value before anything changes: the weights and the optimizer
+    are untouched and no checkpoint is written. (The same arguments,
+    corrected, train: the test above.)"""
+    model, optimizer, data, arguments = _small_problem()
+    checkpoints = tmp_path / "checkpoints"
+    arguments = {**data, **arguments, "checkpoint_dir": str(checkpoints)}
+    before = [np.array(w) for w in model.get_weights()]
+    bad = {**arguments, name: value}
+    target = bad.pop("model", model)
+    pattern = match or re.escape(f"{name}={value!r}")
+    with pytest.raises(ValueError, match=pattern):
+        distribution.train(target, **bad)
+    for weight, old in zip(model.get_weights(), before):
+        np.testing.assert_array_equal(weight, old)
+    assert not optimizer.built
+    assert not checkpoints.exists() or not any(checkpoints.iterdir())
 
 
 # ----------------------------------------------------------------------
