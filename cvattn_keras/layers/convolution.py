@@ -39,11 +39,15 @@ class ComplexConv1D(keras.layers.Layer):
             `ComplexDense`: Gauss's form is three real convolutions
             against `W_r`, `W_i - W_r` and `W_r + W_i`; `"auto"` takes it
             when `kernel_size * in` and `filters` are both at least
-            `complex.GAUSS_MIN_SIZE`.
+            `complex.GAUSS_MIN_SIZE` (and the compute dtype is not
+            float16).
         **kwargs: base `Layer` arguments.
 
     Input shape:
-        `(B, L, 2 * in)`. Output: `(B, L', 2 * filters)`.
+        `(B, L, 2 * in)`. Output: `(B, L', 2 * filters)`. With
+        `padding="valid"`, `L` must be at least `dilation_rate *
+        (kernel_size - 1) + 1` (a `ValueError` naming the length, the
+        kernel size and the dilation otherwise, wherever `L` is known).
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class ComplexConv1D(keras.layers.Layer):
         channels = (
             cx.check_even(input_shape[-1], "input_shape[-1]", input_shape) // 2
         )
+        self._check_length(input_shape)
         add_complex_weights(
             self, (self.kernel_size, channels, self.filters), (self.filters,)
         )
@@ -116,6 +121,7 @@ class ComplexConv1D(keras.layers.Layer):
         )
 
     def call(self, inputs):
+        self._check_length(tuple(inputs.shape))
         padding = self.padding
         if padding == "causal":
             inputs = ops.pad(inputs, ((0, 0), (self._causal_pad(), 0), (0, 0)))
@@ -127,6 +133,7 @@ class ComplexConv1D(keras.layers.Layer):
             self.complex_matmul,
             kernel_shape[0] * kernel_shape[1],
             kernel_shape[2],
+            dtype=self.compute_dtype,
         ):
             outputs = cx.gauss_product_stacked(
                 inputs,
@@ -159,6 +166,30 @@ class ComplexConv1D(keras.layers.Layer):
     def _causal_pad(self):
         return self.dilation_rate * (self.kernel_size - 1)
 
+    def _span(self):
+        """The input samples one output reads: `dilation_rate *
+        (kernel_size - 1) + 1`."""
+        return self.dilation_rate * (self.kernel_size - 1) + 1
+
+    def _check_length(self, input_shape):
+        """Raises when a `"valid"` convolution gets a static length shorter
+        than its span (no output; the backends fail obscurely, with a
+        negative output length or a kernel error). A length known only at
+        run time in a traced graph is not checked."""
+        length = input_shape[1] if len(input_shape) > 1 else None
+        if self.padding != "valid" or length is None:
+            return
+        if length < self._span():
+            raise ValueError(
+                f"{type(self).__name__} with padding='valid' needs inputs "
+                f"at least dilation_rate * (kernel_size - 1) + 1 = "
+                f"{self._span()} samples long (kernel_size="
+                f"{self.kernel_size}, dilation_rate={self.dilation_rate}); "
+                "use padding='same' or 'causal' for shorter ones. "
+                f"Received: input length {length} (input_shape="
+                f"{tuple(input_shape)})"
+            )
+
     def call_columns(self, image):
         """The layer's output, traced for export, from the input already
         made the image `complex.columns_once(inputs)` `(B, L, 3, C)` (a
@@ -190,7 +221,7 @@ class ComplexConv1D(keras.layers.Layer):
         columns = 2  # the output columns to keep
         if padding == "same" and length is not None:
             # Pad the length only (a "same" conv would pad the columns).
-            span = self.dilation_rate * (self.kernel_size - 1) + 1
+            span = self._span()
             steps = -(-length // self.strides)
             total = max((steps - 1) * self.strides + span - length, 0)
             image = ops.pad(
@@ -217,9 +248,10 @@ class ComplexConv1D(keras.layers.Layer):
         return cx.reshape(outputs, (batch, steps, 2 * self.filters))
 
     def compute_output_shape(self, input_shape):
+        self._check_length(tuple(input_shape))
         batch, length = input_shape[0], input_shape[1]
         if length is not None:
-            span = self.dilation_rate * (self.kernel_size - 1) + 1
+            span = self._span()
             if self.padding == "valid":
                 length = (length - span) // self.strides + 1
             else:  # "same" and "causal" keep ceil(length / strides)
