@@ -15,8 +15,12 @@ the integer kernels:
 
 - `exporting()`: True throughout `for_export`; complex products then
   never take Gauss's three-product form (`complex.use_gauss`).
+- `lookup_masks()`: masks become 0/1 multipliers by a table lookup
+  (`GATHER` of `[0, 1]` at the mask cast to int32) instead of a select
+  (`SELECT_V2`), which TFLite's 16-bit activation mode lacks; only for
+  int16x8 files (the GPU delegate takes 1-D gather indices only).
 
-Outside `for_export` all three are False. Masking has its own, public, context:
+Outside `for_export` all four are False. Masking has its own, public, context:
 `cvattn_keras.attention.portable_masking`, which `for_export` does not set.
 """
 
@@ -26,6 +30,7 @@ import contextvars
 _EXPORTING = contextvars.ContextVar("exporting", default=False)
 _WEIGHTS_ONCE = contextvars.ContextVar("weights_once", default=False)
 _PLAIN_STATISTICS = contextvars.ContextVar("plain_statistics", default=False)
+_LOOKUP_MASKS = contextvars.ContextVar("lookup_masks", default=False)
 
 
 def exporting():
@@ -45,19 +50,26 @@ def plain_statistics():
     return _PLAIN_STATISTICS.get()
 
 
+def lookup_masks():
+    """Whether masks should become 0/1 by a table lookup (int16x8 files)."""
+    return _LOOKUP_MASKS.get()
+
+
 @contextlib.contextmanager
-def for_export(plain_statistics=False, weights_once=True):
+def for_export(plain_statistics=False, weights_once=True, lookup_masks=False):
     """Within this context, layers trace for a TFLite file:
-    `weights_once()` is `weights_once` and `plain_statistics()` is
-    `plain_statistics`."""
+    `weights_once()` is `weights_once`, `plain_statistics()` is
+    `plain_statistics` and `lookup_masks()` is `lookup_masks`."""
     tokens = (
         _WEIGHTS_ONCE.set(bool(weights_once)),
         _PLAIN_STATISTICS.set(bool(plain_statistics)),
         _EXPORTING.set(True),
+        _LOOKUP_MASKS.set(bool(lookup_masks)),
     )
     try:
         yield
     finally:
+        _LOOKUP_MASKS.reset(tokens[3])
         _EXPORTING.reset(tokens[2])
         _PLAIN_STATISTICS.reset(tokens[1])
         _WEIGHTS_ONCE.reset(tokens[0])

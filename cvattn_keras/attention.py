@@ -46,6 +46,7 @@ from keras import backend
 from keras import ops
 from keras import random
 
+from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
@@ -328,7 +329,9 @@ def complex_scores(
     if (
         not real_only
         and None not in (head_width, keys)
-        and cx.use_gauss(complex_matmul, head_width // 2, keys)
+        and cx.use_gauss(
+            complex_matmul, head_width // 2, keys, dtype=query.dtype
+        )
     ):
         # A = sum_h q_h w_h with w = conj(k) (inner) or k (bilinear).
         key_real, key_imag = cx.split(key)
@@ -431,6 +434,23 @@ def _softmax(logits):
     return exp / ops.sum(exp, axis=-1, keepdims=True)
 
 
+def _mask_as_multiplier(mask):
+    """A bool mask as 0/1 floats for `portable_masking`: a select with
+    scalar branches (a mask computed at run time would leave a float CAST
+    in an int8 file; a constant one is folded either way); for int16x8
+    files (`_tracing.lookup_masks`, TensorFlow only), a lookup in `[0, 1]`
+    at the mask as int32 (GATHER), since TFLite's 16-bit activation mode
+    has no SELECT_V2 (nor a float CAST). `tf.gather` itself: Keras' `take`
+    adds a negative-index fix that TensorFlow 2.21's converter folds into
+    an invalid op on a bool mask."""
+    if _tracing.lookup_masks() and backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        table = tf.constant([0.0, 1.0], dtype="float32")
+        return tf.gather(table, tf.cast(mask, "int32"))
+    return ops.where(mask, 1.0, 0.0)
+
+
 def _masked_softmax(logits, mask):
     """Softmax over the last axis with masked entries exactly 0, and rows
     with nothing to attend all 0 (instead of uniform or NaN).
@@ -458,10 +478,7 @@ def _masked_softmax(logits, mask):
     # Shift by the largest attended logit: the attended logits minus the
     # row's minimum are >= 0, masked ones 0, so their maximum is the
     # largest attended logit minus the minimum (0 for a row with none).
-    # 0/1 by a select with scalar branches rather than a cast: a mask
-    # computed at run time (padding) would leave a float CAST in an int8
-    # file; a constant one (causal) is folded either way.
-    keep = ops.where(mask, 1.0, 0.0)
+    keep = _mask_as_multiplier(mask)
     row_min = ops.stop_gradient(ops.min(logits, axis=-1, keepdims=True))
     lifted = (logits - row_min) * keep
     row_max = ops.stop_gradient(ops.max(lifted, axis=-1, keepdims=True))
@@ -571,7 +588,7 @@ def apply_weights(weights, value, softmax="real", complex_matmul="auto"):
     if (
         complex_weights
         and None not in (keys, width)
-        and cx.use_gauss(complex_matmul, keys, width // 2)
+        and cx.use_gauss(complex_matmul, keys, width // 2, dtype=value.dtype)
     ):
         return cx.gauss_product_stacked(
             weights,

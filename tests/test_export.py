@@ -137,6 +137,11 @@ def test_quantized_files_run_within_tolerance(wide, mode):
     assert error <= bound, report
     if mode == "int8":
         assert "QUANTIZE" in report.ops  # integer kernels are in use
+    # The mode, read from the file, and its usual error (issue 22, item 9).
+    assert report.quantization == (mode or "float32"), report
+    assert report.within_expected and report.warning is None, report
+    assert "WARNING" not in str(report)
+    assert f"{mode or 'float32'} files usually <=" in str(report)
 
 
 @pytest.mark.tensorflow_only
@@ -314,6 +319,8 @@ def test_command_line_exports_and_verifies(tmp_path, capfd):
             str(int8),
             "--quantize",
             "int8",
+            "--representative-data",
+            "random",
             "--calibration-samples",
             "16",
         ]
@@ -323,9 +330,6 @@ def test_command_line_exports_and_verifies(tmp_path, capfd):
 
 
 def test_command_line_rejects_a_bad_output_name(tmp_path, capfd):
-    try:
-        code = cli.main([str(tmp_path / "m.keras"), str(tmp_path / "m.tfl")])
-    except SystemExit as exit:  # argparse, in this process
-        code = exit.code
+    code = cli.main([str(tmp_path / "m.keras"), str(tmp_path / "m.tfl")])
     assert code == 2
     assert ".tflite" in capfd.readouterr().err

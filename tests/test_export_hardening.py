@@ -302,6 +302,98 @@ def test_int8_without_calibration_samples_is_an_error(
 
 
 # ----------------------------------------------------------------------
+# Issue 22, item 9: no silent calibration on random inputs; a verified
+# error far above the mode's usual one is a warning and exit status 3.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["int8", "full_int8", "int16x8"])
+def test_command_line_calibrates_only_on_data_asked_for(tmp_path, capfd, mode):
+    """Without --representative-data a calibrated mode is refused before
+    the model is loaded (no conversion): random inputs only by name."""
+    keras_path = tmp_path / "m.keras"
+    _small_model().save(keras_path)
+    out = tmp_path / "m.tflite"
+    code, _, err = _run_cli([keras_path, out, "--quantize", mode], capfd)
+    _assert_one_line_error(
+        code, err, f"--quantize {mode}", "--representative-data random"
+    )
+    assert code == 2 and not out.exists()
+
+
+def test_command_line_random_calibration_by_name(tmp_path, capfd):
+    keras_path = tmp_path / "m.keras"
+    _small_model().save(keras_path)
+    out = tmp_path / "m.tflite"
+    code, printed, err = _run_cli(
+        [
+            keras_path,
+            out,
+            "--quantize",
+            "int8",
+            "--representative-data",
+            "random",
+            "--calibration-samples",
+            "16",
+            "--verify",
+        ],
+        capfd,
+    )
+    assert code == 0, err
+    assert "calibrated on random inputs" in printed
+    assert "int8 files usually <= 0.15" in printed and "WARNING" not in printed
+
+
+def test_verify_flags_an_error_far_above_the_usual_one(tmp_path, capfd):
+    """int8 calibrated on samples 100 times smaller than those verified
+    (the samples of the .npz after the calibration ones): the file
+    saturates, and both the report and the command line say so."""
+    model = _small_model()
+    keras_path = tmp_path / "m.keras"
+    model.save(keras_path)
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((24, 3, 4)).astype("float32")
+    x[:16] *= 0.1  # calibration
+    x[16:] *= 10.0  # verification
+    npz = tmp_path / "data.npz"
+    np.savez(npz, x=x)
+    out = tmp_path / "m.tflite"
+    code, printed, err = _run_cli(
+        [
+            keras_path,
+            out,
+            "--quantize",
+            "int8",
+            "--representative-data",
+            npz,
+            "--calibration-samples",
+            "16",
+            "--verify",
+        ],
+        capfd,
+    )
+    assert code == 3, err
+    assert out.exists()  # written, but suspect
+    assert "FAR ABOVE" in printed and "WARNING" in printed, printed
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("warning: max rel error"), err
+    assert "far above the usual error of int8 files" in lines[-1]
+    assert "Traceback" not in err
+    report = cvk.export.verify_tflite(out, model, x[16:20])
+    assert report.quantization == "int8"
+    assert report.max_rel_error > 0.15 and not report.within_expected
+    assert "representative_data" in report.warning, report.warning
+    # In the calibrated range, or with a bound given: no warning.
+    assert cvk.export.verify_tflite(out, model, x[:4]).within_expected
+    loose = cvk.export.verify_tflite(
+        out, model, x[16:20], expected_max_rel_error=10.0
+    )
+    assert loose.within_expected and loose.warning is None
+    with pytest.raises(ValueError, match="expected_max_rel_error=0"):
+        cvk.export.verify_tflite(out, model, x[:4], expected_max_rel_error=0)
+
+
+# ----------------------------------------------------------------------
 # Item 12: overwrite, and a directory as the output.
 # ----------------------------------------------------------------------
 

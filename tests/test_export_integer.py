@@ -82,6 +82,7 @@ def test_full_int8_has_int8_inputs_and_outputs_and_matches_keras(full_int8):
     assert report.max_rel_error <= FULL_INT8_TOLERANCE, report
     text = str(report)
     assert "frames: int8[2x8x16] scale" in text and "zero point" in text
+    assert report.quantization == "full_int8" and report.within_expected
 
 
 @pytest.mark.slow
@@ -176,6 +177,7 @@ def test_int16x8_has_int16_inputs_and_outputs_and_matches_keras(rng, tmp_path):
         representative_data=data,
     )
     report = cvk.export.verify_tflite(path, model, data[:4])
+    assert report.quantization == "int16x8" and report.within_expected
     (info,), (out,) = report.inputs, report.outputs
     assert info.dtype == "int16" and info.zero_point == 0
     assert out.dtype == "int16" and out.zero_point == 0
@@ -190,8 +192,8 @@ def test_int16x8_has_int16_inputs_and_outputs_and_matches_keras(rng, tmp_path):
 def test_int16x8_without_int16_kernels_names_the_ops(rng, tmp_path, softmax):
     """TensorFlow 2.21 has no 16x8 kernel for DIV, SQRT, GREATER and
     SELECT_V2, which the modulus of APAtt and AAtt needs (computed without
-    squaring the scores, for int8's sake): the converter refuses them, and
-    the error names them."""
+    squaring the scores, for int8's sake): they would stay float, and the
+    error names them and the layer."""
     frames = keras.Input((8, 16), name="frames")
     x = cvk.layers.ComplexMultiHeadAttention(2, 4, softmax=softmax)(
         frames, frames
@@ -206,6 +208,10 @@ def test_int16x8_without_int16_kernels_names_the_ops(rng, tmp_path, softmax):
         )
     assert {"DIV", "SQRT"} <= set(info.value.ops), info.value
     assert "int16x8" in str(info.value)
+    assert (
+        info.value.layers
+        and "complex_multi_head_attention" in (info.value.layers[0])
+    ), info.value
     assert not path.exists()
 
 
@@ -313,16 +319,18 @@ EVERY_LAYER_TOLERANCE = {
 @pytest.mark.tensorflow_only
 @pytest.mark.parametrize("mode", ["full_int8", "int16x8"])
 def test_every_layer_converts_with_no_float_op(rng, tmp_path, mode):
-    """Every attention variant (masked: causal, padded memory) and every
-    norm converts with no float op (`export_tflite` checks it and would
-    raise `FloatFallbackError`) and matches Keras within the quantization
-    error. int16x8: APAtt and AAtt have no 16-bit kernels (see above),
-    nor has a mask computed at run time (SELECT_V2): causal masks only."""
+    """Every attention variant (masked: causal, and a padded memory by a
+    bool mask input, computed at run time) and every norm converts with no
+    float op (`export_tflite` checks it and would raise
+    `FloatFallbackError`) and matches Keras within the quantization error.
+    int16x8: APAtt and AAtt have no 16-bit kernels (see above); the run-
+    time mask converts there too (issue 22, item 10: a GATHER instead of
+    SELECT_V2, which 16-bit TFLite lacks)."""
     keras.utils.set_random_seed(7)
     full = mode == "full_int8"
     variants = VARIANTS if full else ("real", "naive")
-    model = _every_layer_model(variants, padding=full)
-    data = _every_layer_data(rng, 64, padding=full)
+    model = _every_layer_model(variants)
+    data = _every_layer_data(rng, 64)
     path = cvk.export.export_tflite(
         model,
         tmp_path / "m.tflite",
@@ -337,6 +345,8 @@ def test_every_layer_converts_with_no_float_op(rng, tmp_path, mode):
     floats = {schema.TensorType.FLOAT32, schema.TensorType.FLOAT16}
     assert not [t.name for t in tflite.subgraphs[0].tensors if t.type in floats]
     errors = _per_output_errors(path, model, [x[:4] for x in data])
+    report = cvk.export.verify_tflite(path, model, [x[:4] for x in data], 1)
+    assert report.quantization == mode, report
     bounds = EVERY_LAYER_TOLERANCE[mode]
     for name, error in errors.items():
         kind = "attention" if name.startswith("cross_") else "norm"

@@ -31,8 +31,10 @@ to the CPU.
 
 From the shell (under any `KERAS_BACKEND`): `python -m cvattn_keras.export
 MODEL.keras OUT.tflite [--quantize float16|dynamic_int8|int8|full_int8|
-int16x8] [--static-batch N] [--static-length L] [--verify]
-[--overwrite]`.
+int16x8] [--representative-data FILE.npz|random] [--static-batch N]
+[--static-length L] [--verify] [--overwrite]` (the calibrated modes need
+`--representative-data`; `--verify` exits with status 3 when the error is
+far above the mode's usual one, `EXPECTED_MAX_REL_ERROR`).
 """
 
 import dataclasses
@@ -52,12 +54,14 @@ import numpy as np
 
 from cvattn_keras import _tracing
 from cvattn_keras import attention as core
+from cvattn_keras.export import _files
 from cvattn_keras.export import gpu
 from cvattn_keras.export.generator import export_generator_tflite
 from cvattn_keras.export.generator import generate_tflite
 from cvattn_keras.export.gpu import check_gpu_compatibility
 
 __all__ = [
+    "EXPECTED_MAX_REL_ERROR",
     "FloatFallbackError",
     "QUANTIZATIONS",
     "SUBPROCESS_TIMEOUT",
@@ -87,6 +91,23 @@ QUANTIZATIONS = (
 # among them (integer inputs and outputs, no float kernel allowed).
 _CALIBRATED = ("int8", "full_int8", "int16x8")
 _FULL_INTEGER = ("full_int8", "int16x8")
+
+# The largest `max_rel_error` (`verify_tflite`) that a file of each mode
+# usually shows: about 2 to 3 times the largest error measured on this
+# library's models, calibrated and verified on inputs of one distribution
+# (docs/deploy.md, "Verification"): float32 8e-7, float16 6.8e-4,
+# dynamic_int8 2.5e-2, int8 and full_int8 3.6e-2 to 6e-2 (one layer, the
+# two-layer benchmark, the tiny music classifier), int16x8 7e-3 to
+# 1.7e-2. Beyond it the report warns (`TFLiteReport.within_expected`) and
+# `python -m cvattn_keras.export --verify` exits with status 3.
+EXPECTED_MAX_REL_ERROR = {
+    "float32": 1e-4,
+    "float16": 1e-2,
+    "dynamic_int8": 0.1,
+    "int8": 0.15,
+    "full_int8": 0.15,
+    "int16x8": 0.05,
+}
 
 # Seconds that an export through the TensorFlow subprocess (under a
 # backend other than TensorFlow) may take before it is stopped.
@@ -192,11 +213,6 @@ class FloatFallbackError(UnsupportedOpsError):
         )
 
 
-class _OutputExistsError(FileExistsError, ValueError):
-    """The output file exists and `overwrite=False` (a `FileExistsError`
-    and, as every bad argument of this library, a `ValueError`)."""
-
-
 @dataclasses.dataclass(frozen=True)
 class TensorInfo:
     """One input or output of a `.tflite` file, as the interpreter sees it.
@@ -254,6 +270,18 @@ class TFLiteReport:
         gpu: a `gpu.GpuCompatibility`: whether the TFLite GPU delegate
             would run every op (`gpu.compatible`) and, if not, which ops
             fall back to the CPU and why (`gpu.fallbacks`).
+        quantization: the file's mode, read from its tensors' types:
+            `"float32"`, `"float16"`, `"dynamic_int8"`, `"int8"`,
+            `"full_int8"` or `"int16x8"` (a dynamic_int8 file whose
+            weights all stayed float, as the converter leaves tensors under
+            1,024 elements, reads as float32, and computes as one).
+        expected_max_rel_error: the bound of that mode's usual
+            `max_rel_error` (`EXPECTED_MAX_REL_ERROR`, or the one given to
+            `verify_tflite`).
+        within_expected: (a property) whether `max_rel_error` is within
+            it; `warning` (a property) is then `None`, otherwise one line
+            that says the error is far outside the mode's usual one, which
+            `str(report)` prints last.
     """
 
     path: str
@@ -268,10 +296,44 @@ class TFLiteReport:
     outputs: tuple = ()
     gpu: object = None
     weight_bytes: int = None
+    quantization: str = None
+    expected_max_rel_error: float = None
 
     @property
     def builtin_only(self):
         return not self.non_builtin_ops
+
+    @property
+    def within_expected(self):
+        """Whether `max_rel_error` is within `expected_max_rel_error`
+        (`True` where no bound is known)."""
+        if self.expected_max_rel_error is None:
+            return True
+        return bool(self.max_rel_error <= self.expected_max_rel_error)
+
+    @property
+    def warning(self):
+        """`None`, or one line saying that the error is far outside the
+        mode's usual error (`within_expected` is False) and what to check.
+        """
+        if self.within_expected:
+            return None
+        mode = self.quantization
+        hint = (
+            "the calibration inputs were unlike the verified ones (random "
+            "ones, or another scale): calibrate on typical inputs "
+            "(representative_data; on the command line --representative-"
+            "data FILE.npz) and verify on such inputs"
+            if mode in _CALIBRATED
+            else "was the file exported from this model?"
+        )
+        return (
+            f"max rel error {self.max_rel_error:.3g} is far above the "
+            f"usual error of {mode} files (bound "
+            f"{self.expected_max_rel_error:g}): "
+            f"{hint}; a deep model with random weights can exceed it too "
+            "(docs/deploy.md)"
+        )
 
     @property
     def rest_bytes(self):
@@ -293,13 +355,26 @@ class TFLiteReport:
         lines += [
             f"max abs error    {self.max_abs_error:.3g} (vs Keras)",
             f"max rel error    {self.max_rel_error:.3g} "
-            "(abs error / max |output|)",
+            "(abs error / max |output|)" + _expected_text(self),
             f"median latency   {self.median_latency_ms:.3f} ms "
             f"(batch {self.batch_size})",
         ]
         if self.gpu is not None:
             lines.append(f"GPU delegate     {self.gpu}")
+        if self.warning is not None:
+            lines.append(f"WARNING          {self.warning}")
         return "\n".join(lines)
+
+
+def _expected_text(report):
+    """`"; usual for full_int8: <= 0.15"` (and `", FAR ABOVE"`)."""
+    if report.expected_max_rel_error is None:
+        return ""
+    text = (
+        f"; {report.quantization} files usually <= "
+        f"{report.expected_max_rel_error:g}"
+    )
+    return text if report.within_expected else text + ": FAR ABOVE"
 
 
 def _kib(size):
@@ -336,24 +411,9 @@ def _check_path(path):
 
 
 def _check_output(path, overwrite):
-    """Checks the output path before any conversion starts."""
-    path = _check_path(path)
-    if not isinstance(overwrite, bool):
-        raise ValueError(
-            f"`overwrite` must be True or False. Received: "
-            f"overwrite={overwrite!r}"
-        )
-    if os.path.isdir(path):
-        raise ValueError(
-            f"`path` is a directory; give the .tflite file to write. "
-            f"Received: path={path!r}"
-        )
-    if os.path.exists(path) and not overwrite:
-        raise _OutputExistsError(
-            f"{path!r} already exists and `overwrite=False`: it was kept. "
-            "Pass overwrite=True to replace it."
-        )
-    return path
+    """Checks the output path before any conversion starts, as
+    `open(path, "wb")` would (`_files.check_output`)."""
+    return _files.check_output(path, overwrite)
 
 
 def _check_model(model):
@@ -754,27 +814,10 @@ def _raise_unsupported(error, model):
 
 
 def _write(path, flatbuffer, overwrite):
-    """Writes through a temporary file in the same directory, so that a
-    failure never leaves a partial file and never touches an existing one
-    unless it is replaced whole."""
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(
-        dir=directory or ".", prefix=".", suffix=".tflite.partial"
-    )
-    try:
-        with os.fdopen(handle, "wb") as f:
-            f.write(flatbuffer)
-        if os.path.exists(path) and not overwrite:
-            raise _OutputExistsError(
-                f"{path!r} already exists and `overwrite=False`: it was "
-                "kept. Pass overwrite=True to replace it."
-            )
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    """Writes the file whole or not at all, as `open(path, "wb")` would
+    (the umask's mode for a new file, an existing file's mode kept, a
+    symbolic link written through): `_files.write_atomically`."""
+    _files.write_atomically(path, flatbuffer, overwrite)
 
 
 def export_tflite(
@@ -809,8 +852,12 @@ def export_tflite(
     module. (TensorFlow 2.21's full-integer quantizer can crash its process
     on some graphs; in a subprocess that is an error, not a crash.)
 
-    The file is written whole or not at all (through a temporary file in
-    the same directory).
+    The file is written as `open(path, "wb")` would write it, but whole
+    or not at all (through a temporary file next to it, renamed over
+    it): a new file gets the mode `0o666 & ~umask`, an existing file
+    keeps its mode, a symbolic link is written through to its target
+    (the link stays a link), and the directory must exist (as for
+    `model.save`; none is created).
 
     Args:
         model: a `keras.Model` with defined inputs.
@@ -832,7 +879,10 @@ def export_tflite(
             `representative_data`, for accuracy-sensitive models: the
             `EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8`
             kernels alone, int16 float inputs and outputs with zero point
-            0; no float fallback either).
+            0; no float fallback either; bool masks computed at run time
+            are supported, as a GATHER in `[0, 1]`, since 16-bit TFLite
+            has no SELECT_V2; APAtt and AAtt are not: their modulus
+            needs DIV and SQRT, which have no 16-bit kernels).
             In both full-integer modes an op without an integer kernel
             would stay float (the converter's fallback): the file is then
             not written and a `FloatFallbackError` names the ops and the
@@ -847,6 +897,10 @@ def export_tflite(
             yields a sample). It must hold at least one sample. With
             `batch_size`, the converter draws batches of `batch_size`
             samples (the last one completed with the first samples).
+            Give typical inputs: int8 ranges calibrated on random ones fit
+            noise, not the data (the command line calibrates on random
+            inputs only when asked by name, `--representative-data
+            random`), and `verify_tflite` on typical inputs shows it.
         num_calibration_samples: positive int, how many samples of
             `representative_data` to calibrate on (at most).
         overwrite: whether to replace an existing file at `path`, as in
@@ -880,8 +934,10 @@ def export_tflite(
         The path of the written file.
 
     Raises:
-        ValueError: bad arguments (`path` a directory, an existing file
-            with `overwrite=False`, no or empty calibration data for a
+        ValueError: bad arguments (`path` a directory or in a missing
+            directory, an existing file with `overwrite=False` (then a
+            `FileExistsError` too; the path errors are `OSError`s too), no
+            or empty calibration data for a
             calibrated mode, a non-positive `batch_size` or
             `sequence_length`, a `sequence_length` the model cannot take),
             or no TensorFlow to convert with.
@@ -974,6 +1030,7 @@ def _convert(
             _tracing.for_export(
                 plain_statistics=quantization in _CALIBRATED,
                 weights_once=weights_once,
+                lookup_masks=quantization == "int16x8",
             ),
         ):
             model.export(
@@ -999,8 +1056,15 @@ def _convert(
             converter.inference_input_type = tf.int8
             converter.inference_output_type = tf.int8
         if quantization == "int16x8":
+            # TFLITE_BUILTINS too: the 16x8 quantizer refuses every op
+            # outside its list, even one on bools or integers only (the
+            # CAST of a bool mask to int32, a LOGICAL_AND of two masks);
+            # with the builtins such ops stay as they are, and an op that
+            # would compute in float instead is refused below
+            # (`_check_no_float_ops`), naming its layer.
             converter.target_spec.supported_ops = [
-                tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8  # noqa: E501
+                tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,  # noqa: E501
+                tf.lite.OpsSet.TFLITE_BUILTINS,
             ]
             converter.inference_input_type = tf.int16
             converter.inference_output_type = tf.int16
@@ -1316,6 +1380,46 @@ def file_sizes(path):
     return len(data), weight_bytes
 
 
+def _file_quantization(path):
+    """The quantization mode of a `.tflite` file, read from the types of
+    its tensors: int16 activations -> `"int16x8"`; int8 activations ->
+    `"full_int8"`, or `"int8"` where float activations remain (its float
+    inputs and outputs); int8 constants only -> `"dynamic_int8"`; float16
+    constants -> `"float16"`; otherwise `"float32"`."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    with open(path, "rb") as f:
+        data = f.read()
+    types = schema.TensorType
+    activations, constants = set(), set()
+    try:
+        tflite = schema.Model.GetRootAs(data, 0)
+        for s in range(tflite.SubgraphsLength()):
+            subgraph = tflite.Subgraphs(s)
+            for t in range(subgraph.TensorsLength()):
+                tensor = subgraph.Tensors(t)
+                index = tensor.Buffer()
+                constant = 0 < index < tflite.BuffersLength() and (
+                    tflite.Buffers(index).DataLength() > 0
+                    or tflite.Buffers(index).Offset() > 1
+                )
+                (constants if constant else activations).add(tensor.Type())
+    except Exception as error:
+        raise ValueError(
+            f"{path!r} is not a valid TFLite model (its flatbuffer does not "
+            f"parse: {type(error).__name__}: {error})."
+        ) from None
+    if types.INT16 in activations:
+        return "int16x8"
+    if activations & {types.INT8, types.UINT8}:
+        return "int8" if types.FLOAT32 in activations else "full_int8"
+    if constants & {types.INT8, types.UINT8}:
+        return "dynamic_int8"
+    if types.FLOAT16 in constants:
+        return "float16"
+    return "float32"
+
+
 def _ordered_outputs(results):
     """Signature outputs in the model's order (`output_0`, `output_1`, ...,
     sorted numerically so that `output_10` follows `output_9`)."""
@@ -1515,7 +1619,14 @@ def predict_tflite(path, model, inputs, batch_size=None, num_threads=None):
     return merged[0] if len(merged) == 1 else merged
 
 
-def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
+def verify_tflite(
+    path,
+    model,
+    inputs,
+    num_runs=20,
+    num_threads=None,
+    expected_max_rel_error=None,
+):
     """Runs a `.tflite` file on the LiteRT interpreter and compares it with
     the Keras model (under any Keras backend).
 
@@ -1533,12 +1644,20 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
             that the errors compare with those of float files.
         num_runs: how many invocations the median latency is taken over.
         num_threads: LiteRT CPU threads (`None`: LiteRT's default).
+        expected_max_rel_error: `None` (default: the usual bound of the
+            file's mode, `EXPECTED_MAX_REL_ERROR`) or a positive number:
+            the `max_rel_error` beyond which the report warns
+            (`report.within_expected`, `report.warning`).
 
     Returns:
         A `TFLiteReport` (its `str` is a printable table): the errors, the
         latency, every input and output (dtype, shape, scale and zero
-        point) and the GPU delegate's compatibility
-        (`gpu.check_gpu_compatibility`).
+        point), the GPU delegate's compatibility
+        (`gpu.check_gpu_compatibility`), the file's mode and whether the
+        error is within that mode's usual error (`within_expected`; a
+        last `WARNING` line when it is not). An error far above it
+        usually means calibration on inputs unlike the verified ones
+        (random ones, say), or a file of another model.
 
     Raises:
         ValueError: bad arguments (a missing, empty, non-TFLite file or a
@@ -1551,9 +1670,21 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
         raise ValueError(
             f"`num_runs` must be a positive int. Received: num_runs={num_runs}"
         )
+    if expected_max_rel_error is not None and (
+        isinstance(expected_max_rel_error, bool)
+        or not isinstance(expected_max_rel_error, (int, float, np.number))
+        or not expected_max_rel_error > 0
+    ):
+        raise ValueError(
+            "`expected_max_rel_error` must be None or a positive number. "
+            f"Received: expected_max_rel_error={expected_max_rel_error!r}"
+        )
     _check_model(model)
     arrays = _as_input_list(model, inputs, "inputs")
     ops, non_builtin = _file_ops(path)
+    quantization = _file_quantization(path)
+    if expected_max_rel_error is None:
+        expected_max_rel_error = EXPECTED_MAX_REL_ERROR[quantization]
     if non_builtin:
         raise ValueError(
             f"{path} uses non-builtin op(s) {list(non_builtin)}, which the "
@@ -1604,4 +1735,6 @@ def verify_tflite(path, model, inputs, num_runs=20, num_threads=None):
         ),
         gpu=check_gpu_compatibility(path),
         weight_bytes=file_sizes(path)[1],
+        quantization=quantization,
+        expected_max_rel_error=float(expected_max_rel_error),
     )

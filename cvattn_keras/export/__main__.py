@@ -2,8 +2,9 @@
 
     python -m cvattn_keras.export MODEL.keras OUT.tflite \\
         [--quantize float16|dynamic_int8|int8|full_int8|int16x8] \\
+        [--representative-data FILE.npz|random] \\
         [--static-batch N] [--static-length L] [--weights auto|once|block] \\
-        [--verify] [--overwrite]
+        [--verify [--max-rel-error REL]] [--overwrite]
 
 It works under any `KERAS_BACKEND`: conversion needs TensorFlow, so under
 another backend the command runs itself again in a subprocess under
@@ -11,27 +12,47 @@ another backend the command runs itself again in a subprocess under
 
 The model is loaded with `safe_mode=True` (`--no-safe-mode` for trusted
 files with `Lambda` layers). An existing OUT is refused unless
-`--overwrite` is given.
+`--overwrite` is given. OUT is written as `open()` would write it, but
+whole or not at all: a new file's mode from the umask, an existing file's
+mode kept, a symbolic link written through to its target; its directory
+must exist.
 
 `--static-batch N` writes a file with a static batch of N (and
 `--static-length L` a static length L on axis 1 of the inputs where it is
 unknown): static shapes and no shape arithmetic, as GPU delegates and NPUs
 need (`export_tflite(batch_size=N, sequence_length=L)`). They shape the
 file. `--batch-size` and `--sequence-length` only shape the random inputs
-of `--verify` and of the calibration (they default to the static sizes
+of `--verify` and of random calibration (they default to the static sizes
 when these are given, and must match them).
 
-Verification and, without `--representative-data`, the calibration of the
-calibrated modes (int8, full_int8, int16x8) use random inputs of the
-model's input shapes and dtypes:
-standard normal floats, bools (True with probability 0.8), integers in
-`[0, n)` where `n` is the smallest `input_dim` of the model's layers (2 if
-none has one). `--representative-data FILE.npz` calibrates int8 on real
-data instead: one array per model input, keyed by input name (or `arr_0`,
-`arr_1`, ... in input order, as `numpy.savez` names positional arrays).
+The calibrated modes (int8, full_int8, int16x8) need
+`--representative-data`: `FILE.npz`, typical inputs, one array per model
+input keyed by input name (or `arr_0`, `arr_1`, ... in input order, as
+`numpy.savez` names positional arrays), of which the first
+`--calibration-samples` calibrate; or `random`, by name, to calibrate on
+random inputs (below), which rarely match real data: the file's int8
+ranges then fit noise, not the data (write `./random` for a file of that
+name).
 
-Errors print one line, `error: ...`, and exit with status 2 (bad
-arguments or files, as argparse) or 1 (the export itself failed).
+`--verify` runs the file on LiteRT and compares it with Keras on one
+batch: the samples of FILE.npz after the calibration samples (the first
+ones when it has no more), or random inputs of the model's input shapes
+and dtypes: standard normal floats, bools (True with probability 0.8),
+integers in `[0, n)` where `n` is the smallest `input_dim` of the model's
+layers (2 if none has one). An error beyond the mode's usual one
+(`cvattn_keras.export.EXPECTED_MAX_REL_ERROR`, or `--max-rel-error`) is a
+warning line and exit status 3.
+
+Exit status: 0 written (and verified); 1 the export itself failed (an op
+without a builtin or integer kernel, a converter failure); 2 bad arguments
+or files, before any conversion where they can be checked then (an
+unknown option, a missing, unreadable or non-`.keras` MODEL, a directory,
+a missing parent directory or an existing file as OUT, a missing or
+unreadable `--representative-data` file or arrays that do not fit the
+model, a calibrated mode without `--representative-data`); 3 written, but
+`--verify` measured an error far above the mode's usual one. Every error
+is one line, `error: ...` (argparse's own, for bad options, follow its
+usage line), with no traceback.
 """
 
 import argparse
@@ -49,6 +70,19 @@ import numpy as np  # noqa: E402
 
 from cvattn_keras import _validation as check  # noqa: E402
 from cvattn_keras import export  # noqa: E402
+from cvattn_keras.export import _files  # noqa: E402
+
+# `--representative-data random`: calibrate on random inputs, by name.
+RANDOM = "random"
+
+
+class _CommandError(Exception):
+    """A one-line error for the user (exit status 2); `kind` is recorded
+    in `--error-file` for `export_tflite`'s subprocess route."""
+
+    def __init__(self, message, kind="value"):
+        super().__init__(message)
+        self.kind = kind
 
 
 def _smallest_input_dim(model):
@@ -79,10 +113,10 @@ def random_inputs(model, batch_size, sequence_length, seed):
         shape[0] = batch_size
         if None in shape[1:]:
             if sequence_length is None:
-                raise SystemExit(
-                    f"error: input {tensor.name!r} has shape "
+                raise _CommandError(
+                    f"input {tensor.name!r} has shape "
                     f"{tuple(tensor.shape)}; give --sequence-length to "
-                    "choose its unknown dimensions"
+                    "choose its unknown dimensions (random inputs)"
                 )
             shape = [sequence_length if d is None else d for d in shape]
         dtype = np.dtype(keras.backend.standardize_dtype(tensor.dtype))
@@ -96,27 +130,50 @@ def random_inputs(model, batch_size, sequence_length, seed):
     return arrays
 
 
-def _load_npz(path, model, fail):
-    """`--representative-data`: one array per model input."""
-    names = [tensor.name for tensor in model.inputs]
+def _load_npz(path, model):
+    """`--representative-data FILE.npz`: one array per model input, each
+    checked against the input's shape and dtype."""
+    names = export._input_names(model)
     try:
         with np.load(path, allow_pickle=False) as data:
             found = {key: data[key] for key in data.files}
     except Exception as error:
-        fail(
+        raise _CommandError(
             f"--representative-data {path!r} is not a readable .npz file: "
-            f"{type(error).__name__}: {error}"
-        )
+            f"{type(error).__name__}: {_one_line(error)}"
+        ) from None
     if set(names) <= set(found):
-        return [found[name] for name in names]
-    positional = [f"arr_{i}" for i in range(len(names))]
-    if sorted(found) == sorted(positional):
-        return [found[key] for key in positional]
-    fail(
-        f"--representative-data {path!r} must hold one array per model "
-        f"input, keyed by input name {names} (or arr_0, arr_1, ...); "
-        f"it holds {sorted(found)}"
-    )
+        arrays = [found[name] for name in names]
+    else:
+        positional = [f"arr_{i}" for i in range(len(names))]
+        if sorted(found) != sorted(positional):
+            raise _CommandError(
+                f"--representative-data {path!r} must hold one array per "
+                f"model input, keyed by input name {names} (or arr_0, "
+                f"arr_1, ...); it holds {sorted(found)}"
+            )
+        arrays = [found[key] for key in positional]
+    try:
+        return export._as_input_list(model, arrays, "representative_data")
+    except ValueError as error:
+        raise _CommandError(
+            f"--representative-data {path!r} does not fit the model: "
+            f"{_one_line(error)}"
+        ) from None
+
+
+def _verification_inputs(args, model, representative):
+    """The batch `--verify` compares on: `--batch-size` samples of
+    FILE.npz after the calibration samples (from the first ones when it
+    has no more), or random inputs."""
+    if representative is None or args.representative_data == RANDOM:
+        return random_inputs(
+            model, args.batch_size, args.sequence_length, args.seed + 1
+        )
+    count = len(representative[0])
+    start = args.calibration_samples if count > args.calibration_samples else 0
+    index = (start + np.arange(args.batch_size)) % count
+    return [array[index] for array in representative]
 
 
 def _rerun_under_tensorflow(argv):
@@ -125,6 +182,19 @@ def _rerun_under_tensorflow(argv):
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
     command = [sys.executable, "-m", "cvattn_keras.export", *argv]
     return subprocess.run(command, env=env).returncode
+
+
+def _positive_float(text):
+    """An `argparse` type: a positive finite float."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number, got {text!r}"
+        )
+    return value
 
 
 def _parser():
@@ -150,7 +220,19 @@ def _parser():
     parser.add_argument(
         "--verify",
         action="store_true",
-        help="run the file on LiteRT and compare with Keras",
+        help="run the file on LiteRT and compare with Keras (on samples "
+        "of --representative-data FILE.npz after the calibration samples, "
+        "else on random inputs); exit status 3 if the error is far above "
+        "the mode's usual one",
+    )
+    parser.add_argument(
+        "--max-rel-error",
+        type=_positive_float,
+        default=None,
+        metavar="REL",
+        help="with --verify, the max rel error beyond which it warns and "
+        "exits with status 3 (default: the mode's usual bound, "
+        "cvattn_keras.export.EXPECTED_MAX_REL_ERROR)",
     )
     parser.add_argument(
         "--static-batch",
@@ -200,9 +282,11 @@ def _parser():
     parser.add_argument(
         "--representative-data",
         default=None,
-        metavar="FILE.npz",
-        help="calibration data (int8, full_int8, int16x8), one array per "
-        "model input keyed by input name (default: random inputs)",
+        metavar="FILE.npz|random",
+        help="calibration data, required by int8, full_int8 and int16x8: "
+        "a .npz file of typical inputs, one array per model input keyed "
+        "by input name; or 'random' to calibrate on random inputs "
+        "(rarely like real data)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -229,37 +313,62 @@ def _record(args, failure):
             json.dump(failure, f)
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
-    args = parser.parse_args(argv)
+def _check_readable_file(path, what, kind="value"):
+    """Raises `_CommandError` unless `path` is a readable regular file."""
+    if not os.path.lexists(path):
+        raise _CommandError(f"{what} {path!r}: no such file", kind)
+    if not os.path.exists(path):
+        raise _CommandError(
+            f"{what} {path!r} is a symbolic link to "
+            f"{os.path.realpath(path)!r}, which does not exist",
+            kind,
+        )
+    if os.path.isdir(path):
+        raise _CommandError(f"{what} {path!r} is a directory, not a file", kind)
+    if not os.path.isfile(path):
+        raise _CommandError(f"{what} {path!r} is not a regular file", kind)
+    if not os.access(path, os.R_OK):
+        raise _CommandError(f"{what} {path!r} is not readable", kind)
 
-    def fail(message, kind="value"):
-        _record(args, {"kind": kind, "message": message})
-        parser.error(message)
 
-    # Checks that need no TensorFlow come first, under any backend.
+def _check_arguments(args):
+    """The checks that need no TensorFlow, under any backend, before the
+    model is loaded."""
     if not args.output.endswith(".tflite"):
-        fail(f"OUTPUT must end in .tflite, got {args.output!r}")
-    if os.path.isdir(args.output):
-        fail(f"OUTPUT {args.output!r} is a directory, not a .tflite file")
+        raise _CommandError(f"OUTPUT must end in .tflite, got {args.output!r}")
+    try:
+        # With overwrite=True: an existing file is refused below, with
+        # the command line's own words.
+        _files.check_output(args.output, True, argument="OUTPUT")
+    except ValueError as error:
+        raise _CommandError(_one_line(error)) from None
     if os.path.exists(args.output) and not args.overwrite:
-        fail(
+        raise _CommandError(
             f"OUTPUT {args.output!r} already exists; pass --overwrite to "
             "replace it"
         )
-    calibrated = [q for q in export._CALIBRATED]
+    calibrated = list(export._CALIBRATED)
     if args.representative_data and args.quantize not in calibrated:
-        fail(
+        raise _CommandError(
             "--representative-data is used only with --quantize "
             + "|".join(calibrated)
         )
+    if args.quantize in calibrated and not args.representative_data:
+        raise _CommandError(
+            f"--quantize {args.quantize} calibrates the int8 ranges on "
+            "typical inputs: give --representative-data FILE.npz (one "
+            "array per model input, keyed by input name), or "
+            f"--representative-data {RANDOM} to calibrate on random "
+            "inputs, which rarely match real data"
+        )
+    if args.max_rel_error is not None and not args.verify:
+        raise _CommandError("--max-rel-error is used only with --verify")
     for flag, given, static in (
         ("--batch-size", args.batch_size, args.static_batch),
         ("--sequence-length", args.sequence_length, args.static_length),
     ):
         if given is not None and static is not None and given != static:
-            fail(
+            raise _CommandError(
                 f"{flag} {given} differs from the static size {static} of "
                 "the file (--static-batch / --static-length); leave it out"
             )
@@ -267,17 +376,18 @@ def main(argv=None):
         args.batch_size = args.static_batch or 4
     if args.sequence_length is None:
         args.sequence_length = args.static_length
-    if not os.path.isfile(args.model):
-        fail(f"no such model file: {args.model!r}", kind="load")
+    _check_readable_file(args.model, "MODEL", kind="load")
     if not zipfile.is_zipfile(args.model):
-        fail(
+        raise _CommandError(
             f"MODEL {args.model!r} is not a .keras model file (not a zip "
             "archive written by model.save())",
             kind="load",
         )
-    if keras.backend.backend() != "tensorflow":
-        return _rerun_under_tensorflow(argv)
+    if args.representative_data not in (None, RANDOM):
+        _check_readable_file(args.representative_data, "--representative-data")
 
+
+def _load_model(args):
     import cvattn_keras  # noqa: F401  (registers the layers)
 
     try:
@@ -285,31 +395,50 @@ def main(argv=None):
             args.model, safe_mode=not args.no_safe_mode
         )
     except Exception as error:
-        reason = _one_line(error)
-        fail(
-            f"cannot load MODEL {args.model!r} as a Keras model: {reason}",
+        raise _CommandError(
+            f"cannot load MODEL {args.model!r} as a Keras model: "
+            f"{_one_line(error)}",
             kind="load",
-        )
+        ) from None
     if not isinstance(model, keras.Model):
-        fail(
+        raise _CommandError(
             f"MODEL {args.model!r} holds a {type(model).__name__}, not a "
             "keras.Model",
             kind="load",
         )
+    return model
+
+
+def main(argv=None):
+    """Runs the command; returns the exit status (see the module's
+    docstring): 0, 1 (the export failed), 2 (bad arguments or files) or 3
+    (written, but verified far above the mode's usual error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        representative = None
-        if args.quantize in calibrated:
-            if args.representative_data:
-                representative = _load_npz(
-                    args.representative_data, model, fail
-                )
-            else:
-                representative = random_inputs(
-                    model,
-                    args.calibration_samples,
-                    args.sequence_length,
-                    args.seed,
-                )
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse's own errors, and --help
+        return exit_.code if isinstance(exit_.code, int) else 2
+    try:
+        return _run(args, argv)
+    except _CommandError as error:
+        _record(args, {"kind": error.kind, "message": str(error)})
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args, argv):
+    _check_arguments(args)
+    if keras.backend.backend() != "tensorflow":
+        return _rerun_under_tensorflow(argv)
+    model = _load_model(args)
+    representative = None
+    if args.representative_data == RANDOM:
+        representative = random_inputs(
+            model, args.calibration_samples, args.sequence_length, args.seed
+        )
+    elif args.representative_data:
+        representative = _load_npz(args.representative_data, model)
+    try:
         path = export.export_tflite(
             model,
             args.output,
@@ -348,6 +477,12 @@ def main(argv=None):
         )
         print(f"error: {_one_line(error)}", file=sys.stderr)
         return 1
+    except OSError as error:
+        # Writing OUTPUT failed (a file error, after the checks above:
+        # the disk full, a directory removed meanwhile).
+        raise _CommandError(
+            f"cannot write OUTPUT {args.output!r}: {_one_line(error)}"
+        ) from None
     except ValueError as error:
         _record(args, {"kind": "value", "message": str(error)})
         print(f"error: {_one_line(error)}", file=sys.stderr)
@@ -358,20 +493,28 @@ def main(argv=None):
         print(f"error: {message}", file=sys.stderr)
         return 1
     static = f", static batch {args.static_batch}" if args.static_batch else ""
+    calibration = ""
+    if args.representative_data == RANDOM:
+        calibration = ", calibrated on random inputs"
     print(
         f"wrote {path} ({os.path.getsize(path) / 1024:.1f} KiB, "
-        f"quantization: {args.quantize or 'none (float32)'}{static})"
+        f"quantization: {args.quantize or 'none (float32)'}{static}"
+        f"{calibration})"
     )
-    if args.verify:
-        inputs = random_inputs(
-            model, args.batch_size, args.sequence_length, args.seed + 1
+    if not args.verify:
+        return 0
+    inputs = _verification_inputs(args, model, representative)
+    try:
+        report = export.verify_tflite(
+            path, model, inputs, expected_max_rel_error=args.max_rel_error
         )
-        try:
-            report = export.verify_tflite(path, model, inputs)
-        except ValueError as error:
-            print(f"error: {_one_line(error)}", file=sys.stderr)
-            return 1
-        print(report)
+    except ValueError as error:
+        print(f"error: {_one_line(error)}", file=sys.stderr)
+        return 1
+    print(report)
+    if report.warning is not None:
+        print(f"warning: {report.warning}", file=sys.stderr)
+        return 3
     return 0
 
 
