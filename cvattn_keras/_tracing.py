@@ -31,6 +31,10 @@ _EXPORTING = contextvars.ContextVar("exporting", default=False)
 _WEIGHTS_ONCE = contextvars.ContextVar("weights_once", default=False)
 _PLAIN_STATISTICS = contextvars.ContextVar("plain_statistics", default=False)
 _LOOKUP_MASKS = contextvars.ContextVar("lookup_masks", default=False)
+# False within `cvattn_keras.attention.portable_masking` (public, set by the
+# exporter): masked scores are then never filled with a constant near the
+# float limit, and negations are products with -1 (`complex.negative`).
+_FILL_MASKED = contextvars.ContextVar("fill_masked", default=True)
 
 
 def exporting():
@@ -48,6 +52,17 @@ def weights_once():
 def plain_statistics():
     """Whether normalizations should skip their power-of-two rescaling."""
     return _PLAIN_STATISTICS.get()
+
+
+def fill_masked():
+    """Whether masked scores may be filled with a constant near the float
+    limit (False within `attention.portable_masking`)."""
+    return _FILL_MASKED.get()
+
+
+def portable():
+    """Whether `attention.portable_masking` is in effect."""
+    return not _FILL_MASKED.get()
 
 
 def lookup_masks():

@@ -40,7 +40,6 @@ all-zero weights and a zero output, with finite gradients.
 """
 
 import contextlib
-import contextvars
 
 from keras import backend
 from keras import ops
@@ -48,7 +47,16 @@ from keras import random
 
 from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
+from cvattn_keras import chunked_attention
 from cvattn_keras import complex as cx
+from cvattn_keras._attention_args import PRODUCTS
+from cvattn_keras._attention_args import SOFTMAX_VARIANTS
+from cvattn_keras._attention_args import check_mask_shape
+from cvattn_keras._attention_args import check_shapes
+from cvattn_keras._attention_args import expand_mask
+from cvattn_keras._attention_args import parse_variant
+from cvattn_keras._attention_args import resolve_product
+from cvattn_keras._attention_args import resolve_softmax
 
 __all__ = [
     "PRODUCTS",
@@ -67,36 +75,11 @@ __all__ = [
     "resolve_softmax",
 ]
 
-SOFTMAX_VARIANTS = ("real", "abs", "absonly", "naive")
-PRODUCTS = ("inner", "bilinear")
-
-_SOFTMAX_ALIASES = {
-    "real": "real",
-    "catt": "real",
-    "abs": "abs",
-    "apatt": "abs",
-    "absonly": "absonly",
-    "aatt": "absonly",
-    "naive": "naive",
-    "naiv": "naive",
-    "riatt": "naive",
-}
-_PRODUCT_ALIASES = {
-    "inner": "inner",
-    "ip": "inner",
-    "bilinear": "bilinear",
-    "cp": "bilinear",
-}
 # The fill of masked logits (float32 and wider; float16), as Keras's.
 _LARGE_NEGATIVE = (-0.7 * 3.4028235e38, -0.7 * 65504.0)
 # Real-valued weights: these variants need neither Im A in the softmax nor
 # the doubled value matmul.
 _REAL_WEIGHTS = ("real", "absonly")
-# Whether masking may fill masked scores with a constant near the float
-# limit, as `keras.ops.dot_product_attention` does (so masked CAtt may use
-# it) and as `_masked_softmax` does for speed; the exporter turns it off
-# (see `portable_masking`).
-_FILL_MASKED = contextvars.ContextVar("fill_masked", default=True)
 
 # chunk_size="auto": keys in blocks of AUTO_CHUNK_SIZE once each head's
 # (T, S) scores reach AUTO_CHUNK_MIN_SCORES numbers (T * S, static; an
@@ -109,90 +92,6 @@ _FILL_MASKED = contextvars.ContextVar("fill_masked", default=True)
 # query never chunks.
 AUTO_CHUNK_MIN_SCORES = 4096 * 4096
 AUTO_CHUNK_SIZE = 512
-
-
-def resolve_softmax(name):
-    """The canonical softmax variant for `name`.
-
-    Accepts `"real"`, `"abs"`, `"absonly"`, `"naive"`, the paper's names
-    `"CAtt"`, `"APAtt"`, `"AAtt"`, `"RIAtt"` and the reference spelling
-    `"naiv"`, in any case.
-
-    Raises:
-        ValueError: for any other value, listing the valid names.
-    """
-    key = name.lower() if isinstance(name, str) else None
-    if key not in _SOFTMAX_ALIASES:
-        hint = ""
-        if key is not None and key.endswith(("ip", "cp")):
-            hint = (
-                " For a compound reference string such as 'realip', use "
-                "`cvattn_keras.attention.parse_variant`."
-            )
-        raise ValueError(
-            f"Unknown softmax variant. Valid: {list(SOFTMAX_VARIANTS)}, or "
-            f"the paper's names ['CAtt', 'APAtt', 'AAtt', 'RIAtt'] or "
-            f"'naiv', in any case.{hint} Received: softmax={name!r}"
-        )
-    return _SOFTMAX_ALIASES[key]
-
-
-def resolve_product(name):
-    """The canonical product for `name`: `"inner"`/`"ip"` or
-    `"bilinear"`/`"cp"`, in any case.
-
-    Raises:
-        ValueError: for any other value, listing the valid names.
-    """
-    key = name.lower() if isinstance(name, str) else None
-    if key not in _PRODUCT_ALIASES:
-        raise ValueError(
-            f"Unknown product. Valid: {list(PRODUCTS)}, or the reference "
-            f"spellings ['ip', 'cp'], in any case. Received: product={name!r}"
-        )
-    return _PRODUCT_ALIASES[key]
-
-
-def parse_variant(name):
-    """Splits a reference `sm_variante` string into `(softmax, product)`.
-
-    The reference implementation names a variant by one string, the softmax
-    followed by `"ip"` (inner product) or `"cp"` (bilinear product):
-    `realip absip absonlyip naivip realcp abscp absonlycp naivcp`. Any
-    softmax alias of `resolve_softmax` may stand before the suffix, in any
-    case.
-
-    Example:
-
-    >>> parse_variant("absonlycp")
-    ('absonly', 'bilinear')
-    >>> parse_variant("CAttip")
-    ('real', 'inner')
-    """
-    valid = (
-        "one of ['realip', 'absip', 'absonlyip', 'naivip', 'realcp', "
-        "'abscp', 'absonlycp', 'naivcp'] (any softmax alias before the "
-        "suffix, in any case)"
-    )
-    if not isinstance(name, str) or name.lower()[-2:] not in ("ip", "cp"):
-        raise ValueError(
-            "A compound variant is a softmax name followed by 'ip' or 'cp', "
-            f"{valid}; the product suffix is missing. Received: {name!r}"
-        )
-    if len(name) == 2:
-        raise ValueError(
-            f"The compound variant {name!r} has the product suffix but no "
-            f"softmax name before it; a compound variant is {valid}. "
-            f"Received: {name!r}"
-        )
-    try:
-        softmax = resolve_softmax(name[:-2])
-    except ValueError as error:
-        raise ValueError(
-            f"The compound variant {name!r} does not start with a softmax "
-            f"name. {error}"
-        ) from None
-    return softmax, resolve_product(name[-2:])
 
 
 @contextlib.contextmanager
@@ -216,48 +115,11 @@ def portable_masking():
     int8 error (APAtt: 8.6% to 5.4% of the output's scale on the test
     model). `cvattn_keras.export` traces models under this context.
     """
-    token = _FILL_MASKED.set(False)
+    token = _tracing._FILL_MASKED.set(False)
     try:
         yield
     finally:
-        _FILL_MASKED.reset(token)
-
-
-def expand_mask(mask):
-    """A mask of rank 2 `(T, S)`, 3 `(B, T, S)` or 4 `(B, N, T, S)` ->
-    boolean, rank 4, broadcastable to `(B, N, T, S)`; `None` stays `None`."""
-    if mask is None:
-        return None
-    mask = ops.cast(mask, "bool")
-    rank = len(mask.shape)
-    if rank == 2:  # (T, S)
-        return ops.expand_dims(mask, (0, 1))
-    if rank == 3:  # (B, T, S)
-        return ops.expand_dims(mask, 1)
-    if rank == 4:  # (B, N, T, S)
-        return mask
-    raise ValueError(
-        "`mask` must have rank 2 (T, S), 3 (B, T, S) or 4 (B, N, T, S). "
-        f"Received: mask.shape={tuple(mask.shape)}"
-    )
-
-
-def check_mask_shape(mask_shape, target, name, layout):
-    """Raises a `ValueError` naming `name` unless a mask of static shape
-    `mask_shape` broadcasts to `target`: the same rank, and each axis 1,
-    unknown (`None`) or equal to the target's. `layout` names the target's
-    axes, e.g. `"(B, T, S)"`. Unknown sizes are not checked (they are
-    only known when the graph runs)."""
-    shape = tuple(mask_shape)
-    target = tuple(target)
-    if len(shape) != len(target) or any(
-        size not in (None, 1) and want is not None and size != want
-        for size, want in zip(shape, target)
-    ):
-        raise ValueError(
-            f"`{name}` must have a shape that broadcasts to {layout} = "
-            f"{target}. Received: {name}.shape={shape}"
-        )
+        _tracing._FILL_MASKED.reset(token)
 
 
 def resolve_chunk_size(chunk_size, name="chunk_size"):
@@ -336,7 +198,7 @@ def complex_scores(
         # A = sum_h q_h w_h with w = conj(k) (inner) or k (bilinear).
         key_real, key_imag = cx.split(key)
         if product == "inner":
-            key_imag = _negative(key_imag)
+            key_imag = cx.negative(key_imag)
 
         def scores(query):
             return cx.gauss_product_stacked(
@@ -349,9 +211,9 @@ def complex_scores(
     else:
         # <q, k> = q conj(k') with k' = k (inner) or conj(k) (bilinear),
         # so Re A = s(q, k') and Im A = s(q, i k').
-        key = key if product == "inner" else _conjugate(key)
+        key = key if product == "inner" else cx.conjugate(key)
         if not real_only:
-            key = ops.concatenate([key, _times_i(key)], axis=1)  # (B,2S,N,2H)
+            key = ops.concatenate([key, cx.times_i(key)], axis=1)  # (B,2S,N,2H)
 
         def scores(query):
             return ops.einsum(equation, query, key)
@@ -366,37 +228,6 @@ def complex_scores(
     # adds no rounding of its own.
     widened = ops.cast(scores(query), score_dtype)
     return widened * ops.cast(scale, score_dtype)
-
-
-def _portable():
-    """Whether `portable_masking` is in effect."""
-    return not _FILL_MASKED.get()
-
-
-def _negative(x):
-    """`-x`: by default `keras.ops.negative`; under `portable_masking` a
-    product with -1, since TFLite's NEG has no integer kernel (a float op
-    in a full-integer file) while MUL has."""
-    if _portable():
-        x = ops.convert_to_tensor(x)  # NumPy input: ops, not operators
-        return ops.multiply(x, ops.cast(-1.0, x.dtype))
-    return ops.negative(x)
-
-
-def _times_i(x):
-    """`cx.times_i` (`[-im | re]`), with `_negative`."""
-    if not _portable():
-        return cx.times_i(x)
-    real, imag = cx.split(x)
-    return ops.concatenate([_negative(imag), real], axis=-1)
-
-
-def _conjugate(x):
-    """`cx.conjugate` (`[re | -im]`), with `_negative`."""
-    if not _portable():
-        return cx.conjugate(x)
-    real, imag = cx.split(x)
-    return ops.concatenate([real, _negative(imag)], axis=-1)
 
 
 def _modulus_and_sign(real, imag):
@@ -464,7 +295,7 @@ def _masked_softmax(logits, mask):
     """
     if mask is None:
         return _softmax(logits)
-    if _FILL_MASKED.get():
+    if _tracing.fill_masked():
         half = backend.standardize_dtype(logits.dtype) == "float16"
         fill = ops.cast(_LARGE_NEGATIVE[half], logits.dtype)
         weights = _softmax(ops.where(mask, logits, fill))
@@ -517,12 +348,12 @@ def attention_weights(scores, softmax="real", mask=None):
     """
     softmax = resolve_softmax(softmax)
     mask = expand_mask(mask)
-    if _portable():
+    if _tracing.portable():
         # The portable forms use operators: NumPy scores as tensors first.
         scores = ops.convert_to_tensor(scores)
     if softmax == "real":
         return _masked_softmax(scores, mask)
-    if _portable():
+    if _tracing.portable():
         return _portable_weights(scores, softmax, mask)
     if softmax == "naive":
         # Both softmaxes at once on the (B, N, T, 2, S) view, the mask
@@ -597,7 +428,7 @@ def apply_weights(weights, value, softmax="real", complex_matmul="auto"):
         )
     if complex_weights:
         # [W_r | W_i] @ [v ; i v] = W_r v + W_i (i v) = W v: one matmul.
-        value = ops.concatenate([value, _times_i(value)], axis=1)
+        value = ops.concatenate([value, cx.times_i(value)], axis=1)
     return ops.einsum("bnts,bsnh->btnh", weights, value)
 
 
@@ -675,7 +506,7 @@ def complex_dot_product_attention(
     complex_matmul = cx.resolve_complex_matmul(complex_matmul)
     dropout = check.rate(dropout, "dropout")
     head_dim = cx.check_even(query.shape[-1], "query.shape[-1]") // 2
-    _check_shapes(query, key, value)
+    check_shapes(query, key, value)
     if scale is None:
         scale = head_dim**-0.5
     elif not hasattr(scale, "shape"):  # a number (a tensor passes as is)
@@ -699,11 +530,8 @@ def complex_dot_product_attention(
         chunk_size is not None
         and not return_weights
         and not dropout
-        and _FILL_MASKED.get()
+        and _tracing.fill_masked()
     ):
-        # Imported here: chunked_attention imports this module.
-        from cvattn_keras import chunked_attention
-
         return chunked_attention.chunked_dot_product_attention(
             query,
             key,
@@ -729,7 +557,7 @@ def complex_dot_product_attention(
         softmax == "real"
         and not return_weights
         and not dropout
-        and (mask is None or _FILL_MASKED.get())
+        and (mask is None or _tracing.fill_masked())
         and value.shape[-1] == query.shape[-1]
     ):
         # CAtt is a real attention of width 2H: use the fused kernel (which
@@ -785,43 +613,6 @@ def _precision(query_dtype, key_dtype):
     if dtype == "float64":
         return "float64", "float64"
     return "float32", "float32"
-
-
-def _check_shapes(query, key, value):
-    """Raises unless `query` `(B, T, N, 2H)`, `key` `(B, S, N, 2H)` and
-    `value` `(B, S, N, 2V)` agree where their static shapes are known."""
-    shapes = {
-        "query": tuple(query.shape),
-        "key": tuple(key.shape),
-        "value": tuple(value.shape),
-    }
-    received = ", ".join(f"{n}.shape={s}" for n, s in shapes.items())
-    if any(len(shape) != 4 for shape in shapes.values()):
-        raise ValueError(
-            "`query`, `key` and `value` must have rank 4, (B, T, N, 2H), "
-            f"(B, S, N, 2H) and (B, S, N, 2V). Received: {received}"
-        )
-
-    def agree(*sizes):
-        known = {size for size in sizes if size is not None}
-        return len(known) <= 1
-
-    if shapes["key"][-1] != shapes["query"][-1]:
-        raise ValueError(
-            "`query` (B, T, N, 2H) and `key` (B, S, N, 2H) must have the "
-            f"same head width. Received: {received}"
-        )
-    for what, axis, names in (
-        ("batch size (axis 0)", 0, ("query", "key", "value")),
-        ("number of heads (axis 2)", 2, ("query", "key", "value")),
-        ("length (axis 1)", 1, ("key", "value")),
-    ):
-        if not agree(*(shapes[name][axis] for name in names)):
-            raise ValueError(
-                f"{', '.join(f'`{n}`' for n in names)} must have the same "
-                f"{what}. Received: {received}"
-            )
-    cx.check_even(shapes["value"][-1], "value.shape[-1]")
 
 
 def _dropout(weights, softmax, rate, seed):

@@ -52,8 +52,8 @@ function is traced.
 from keras import backend
 from keras import ops
 
+from cvattn_keras import _attention_args as args
 from cvattn_keras import _validation as check
-from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
 
 __all__ = ["chunked_dot_product_attention"]
@@ -108,11 +108,11 @@ def chunked_dot_product_attention(
         ValueError: for a bad `chunk_size`, `scale`, variant, mask shape,
             inconsistent shapes or an unknown key length.
     """
-    softmax = core.resolve_softmax(softmax)
-    product = core.resolve_product(product)
+    softmax = args.resolve_softmax(softmax)
+    product = args.resolve_product(product)
     chunk_size = check.positive_int(chunk_size, "chunk_size")
     head_dim = cx.check_even(query.shape[-1], "query.shape[-1]") // 2
-    core._check_shapes(query, key, value)
+    args.check_shapes(query, key, value)
     cx.check_even(value.shape[-1], "value.shape[-1]")
     if scale is None:
         scale = head_dim**-0.5
@@ -129,10 +129,10 @@ def chunked_dot_product_attention(
         raise ValueError(
             f"`is_causal` must be a bool. Received: is_causal={is_causal!r}"
         )
-    mask = core.expand_mask(mask)
+    mask = args.expand_mask(mask)
     if mask is not None:
         batch, length, heads = query.shape[:3]
-        core.check_mask_shape(
+        args.check_mask_shape(
             mask.shape, (batch, heads, length, keys), "mask", "(B, N, T, S)"
         )
     plan = _Plan(softmax, product, scale, mask, is_causal, chunk_size, keys)
@@ -157,14 +157,10 @@ def _compute_dtype(*dtypes):
     return "float64" if "float64" in dtypes else "float32"
 
 
-def _times_i(x):
-    """`i x` of a stacked tensor: `[-im | re]`."""
-    return cx.times_i(x)
-
-
 def _times_minus_i(x):
     """`-i x` of a stacked tensor, `[im | -re]`: the transpose of
-    `_times_i` as a linear map, which carries gradients back through it."""
+    `complex.times_i` as a linear map, which carries gradients back
+    through it."""
     real, imag = cx.split(x)
     return ops.concatenate([imag, -real], axis=-1)
 
@@ -297,9 +293,9 @@ class _Plan:
         k = ops.transpose(ops.cast(key, dtype), (0, 2, 1, 3))
         if self.product == "bilinear":
             k = cx.conjugate(k)  # <q, k> = q conj(k') with k' = conj(k)
-        ik = _times_i(k)
+        ik = cx.times_i(k)
         v = ops.transpose(ops.cast(value, dtype), (0, 2, 1, 3))
-        iv = _times_i(v) if self.softmax == "abs" else None
+        iv = cx.times_i(v) if self.softmax == "abs" else None
         rows = ops.shape(q)[2]
         stats_shape = ops.shape(q)[:3] + (1,)
         acc_shape = ops.shape(q)[:3] + (ops.shape(v)[3],)
@@ -349,7 +345,7 @@ class _Plan:
             m, total, acc = state[3 * plane : 3 * plane + 3]
             piece = _safe_divide(acc, total)
             if plane == 1:
-                piece = _times_i(piece)  # + i softmax(Im A) v
+                piece = cx.times_i(piece)  # + i softmax(Im A) v
             pieces.append(piece)
             # log-sum-exp of the row; rows with no key keep 0 (their
             # weights are masked to 0 in the backward anyway).

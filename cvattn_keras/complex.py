@@ -313,10 +313,21 @@ def multiply(x, y):
     return ops.concatenate([xr * yr - xi * yi, xr * yi + xi * yr], axis=-1)
 
 
+def negative(x):
+    """`-x`: `keras.ops.negative`; within
+    `cvattn_keras.attention.portable_masking` (the exporter's forms) a
+    product with -1, since TFLite's NEG has no integer kernel (a float op
+    in a full-integer file) while MUL has."""
+    if _tracing.portable():
+        x = ops.convert_to_tensor(x)  # NumPy input: ops, not operators
+        return ops.multiply(x, ops.cast(-1.0, x.dtype))
+    return ops.negative(x)
+
+
 def conjugate(x):
     """The complex conjugate of a stacked tensor: `[re | -im]`."""
     re, im = split(_as_operand(x))
-    return ops.concatenate([re, -im], axis=-1)
+    return ops.concatenate([re, negative(im)], axis=-1)
 
 
 def times_i(x):
@@ -327,7 +338,7 @@ def times_i(x):
     products: `Im(a conj(b)) = Re(a conj(i b))`.
     """
     re, im = split(_as_operand(x))
-    return ops.concatenate([-im, re], axis=-1)
+    return ops.concatenate([negative(im), re], axis=-1)
 
 
 _HALF = ("float16", "bfloat16")

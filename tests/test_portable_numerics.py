@@ -278,7 +278,7 @@ def test_the_default_formulation_is_untouched_outside_the_contexts(rng):
     with exporting():
         run()
     np.testing.assert_array_equal(run(), before)
-    assert not _tracing.plain_statistics() and core._FILL_MASKED.get()
+    assert not _tracing.plain_statistics() and _tracing.fill_masked()
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
