@@ -43,6 +43,7 @@ import numpy as np
 
 from cvattn_keras import _validation as check
 from cvattn_keras import layers as cl
+from cvattn_keras.layers import transformer as _transformer
 
 __all__ = [
     "FEEDBACKS",
@@ -124,6 +125,7 @@ def music_classifier(
     frontend_kernel_sizes=FRONTEND_KERNEL_SIZES,
     frontend_strides=2,
     batch_norm_synchronized=False,
+    layer_norm_epsilon=1e-5,
     name="music_classifier",
 ):
     """The paper's classification model (the reference's
@@ -160,11 +162,21 @@ def music_classifier(
             `synchronized`: batch statistics over all replicas under a
             `tf.distribute` strategy (saved with the model; a no-op
             elsewhere).
+        layer_norm_epsilon: the epsilon of every layer norm (default
+            1e-5: finite gradients near constant tokens, for training). 0
+            is the reference's arithmetic, for an exact port of its
+            weights (`cvattn_keras.interop`): outputs differ by about
+            `epsilon / variance` otherwise, most of the difference between
+            a ported model and the reference. NaN-safe either way (see
+            `ComplexLayerNormalization`).
         name: the model's name.
 
     Returns:
         An uncompiled `keras.Model`.
     """
+    layer_norm_epsilon = _transformer._check_layer_norm_epsilon(
+        layer_norm_epsilon, "whitening"
+    )
     inputs = keras.Input((frames, 2 * bins), name="spectra")
     x = _encode(
         inputs,
@@ -178,6 +190,7 @@ def music_classifier(
         product=product,
         attention_dropout=dropout,
         dropout=feedforward_dropout,
+        layer_norm_epsilon=layer_norm_epsilon,
     )
     return keras.Model(inputs, _head(x, head_dim, notes, dropout), name=name)
 
@@ -200,6 +213,7 @@ def music_generator(
     frontend_kernel_sizes=FRONTEND_KERNEL_SIZES,
     frontend_strides=2,
     batch_norm_synchronized=False,
+    layer_norm_epsilon=1e-5,
     name="music_generator",
 ):
     """The paper's sequence-generation model (the reference's
@@ -237,11 +251,21 @@ def music_generator(
             `synchronized`: batch statistics over all replicas under a
             `tf.distribute` strategy (saved with the model; a no-op
             elsewhere).
+        layer_norm_epsilon: the epsilon of every layer norm (default
+            1e-5: finite gradients near constant tokens, for training). 0
+            is the reference's arithmetic, for an exact port of its
+            weights (`cvattn_keras.interop`): outputs differ by about
+            `epsilon / variance` otherwise, most of the difference between
+            a ported model and the reference. NaN-safe either way (see
+            `ComplexLayerNormalization`).
         name: the model's name.
 
     Returns:
         An uncompiled `keras.Model`.
     """
+    layer_norm_epsilon = _transformer._check_layer_norm_epsilon(
+        layer_norm_epsilon, "whitening"
+    )
     spectra = keras.Input((source_frames, 2 * bins), name="spectra")
     previous = keras.Input((target_frames, notes), name="previous_notes")
     layer_args = dict(
@@ -251,6 +275,7 @@ def music_generator(
         product=product,
         attention_dropout=dropout,
         dropout=feedforward_dropout,
+        layer_norm_epsilon=layer_norm_epsilon,
     )
     memory = _encode(
         spectra,
@@ -344,34 +369,48 @@ def generate(
     Returns:
         `(notes, logits)`: the decoded multi-hot notes and their logits,
         each `(B, steps, notes)`, float32 NumPy arrays.
+
+    Raises:
+        ValueError: for spectra of another shape than the model's input
+            (`B >= 1`), complex spectra, or a bad argument; checked on
+            every call, before a kept compiled loop runs.
     """
     if feedback not in FEEDBACKS:
         raise ValueError(
             f"`feedback` must be one of {list(FEEDBACKS)}. "
             f"Received: feedback={feedback!r}"
         )
-    if not 0 < threshold < 1:
+    if not check._is_real(threshold) or not 0 < threshold < 1:
         raise ValueError(
-            f"`threshold` must be in (0, 1). Received: threshold={threshold}"
+            f"`threshold` must be in (0, 1). Received: threshold={threshold!r}"
         )
     for name, value in (("cache", cache), ("jit_compile", jit_compile)):
         if not isinstance(value, bool):
             raise ValueError(
                 f"`{name}` must be True or False. Received: {name}={value!r}"
             )
+    if not isinstance(model, keras.Model):
+        raise ValueError(
+            "`model` must be a `music_generator` model. Received: "
+            f"model of type {type(model).__name__}"
+        )
     if len(model.inputs) != 2:
         raise ValueError(
             "`model` must be a generator with inputs (spectra, "
             f"previous_notes). Received: a model with {len(model.inputs)} "
             "input(s)"
         )
-    spectra = np.asarray(spectra, np.float32)
+    # Checked here on every call: the compiled loop, once traced, would
+    # take spectra of other shapes silently (or fail inside).
+    spectra = _check_spectra(model, spectra)
     _, target_frames, notes = model.inputs[1].shape
     steps = target_frames if steps is None else steps
-    if not 1 <= steps <= target_frames:
+    if not check._is_int(steps) or not 1 <= steps <= target_frames:
         raise ValueError(
-            f"`steps` must be in [1, {target_frames}]. Received: steps={steps}"
+            f"`steps` must be an integer in [1, {target_frames}]. "
+            f"Received: steps={steps!r}"
         )
+    steps = int(steps)
     cut = np.log(threshold / (1 - threshold))
     if cache:
         decoder = _cached_decoder(model, steps, feedback, cut, jit_compile)
@@ -395,6 +434,42 @@ def generate(
         if t + 1 < target_frames:
             previous[:, t + 1] = step if feedback == "logits" else decoded[:, t]
     return decoded, logits
+
+
+def _check_spectra(model, spectra):
+    """`spectra` as a float32 array of the shape the generator's input
+    `spectra` takes, `(B, source_frames, 2 * bins)` with `B >= 1`, or a
+    `ValueError`."""
+    expected = tuple(model.inputs[0].shape)
+    wanted = "(batch, " + ", ".join(str(d) for d in expected[1:]) + ")"
+    try:
+        array = np.asarray(spectra)
+    except (TypeError, ValueError) as error:
+        array, problem = None, str(error)
+    if array is not None and array.dtype.kind == "c":
+        raise ValueError(
+            f"`spectra` must be real: stacked {wanted} [Re | Im] on the "
+            "last axis (see `cvattn_keras.to_stacked`). Received: a complex "
+            f"array of dtype {array.dtype}"
+        )
+    if array is not None and array.dtype.kind not in "fiub":
+        array, problem = None, f"dtype {array.dtype}"
+    if array is None:
+        raise ValueError(
+            f"`spectra` must be a float array {wanted}. Received: "
+            f"spectra of type {type(spectra).__name__} ({problem})"
+        )
+    array = array.astype(np.float32, copy=False)
+    fits = len(array.shape) == len(expected) and all(
+        want is None or want == got for want, got in zip(expected, array.shape)
+    )
+    if not fits or array.shape[0] == 0:
+        raise ValueError(
+            f"`spectra` must have shape {wanted}, batch >= 1, for the "
+            f"model {model.name!r} (its input {model.inputs[0].name!r}: "
+            f"{expected}). Received: spectra.shape={array.shape}"
+        )
+    return array
 
 
 # The compiled decoders of `generate(cache=True)`, per model, then per
@@ -577,6 +652,7 @@ def real_music_classifier(
     frontend_filters=(23, 45, 91, 91, 181),
     frontend_kernel_sizes=FRONTEND_KERNEL_SIZES,
     frontend_strides=2,
+    layer_norm_epsilon=1e-3,
     name="real_music_classifier",
 ):
     """A real-valued baseline of `music_classifier`'s architecture.
@@ -592,9 +668,15 @@ def real_music_classifier(
     2048, front-end channels 23 ... 181 for 16 ... 128) give a comparable
     parameter count.
 
+    `layer_norm_epsilon` is the `keras.layers.LayerNormalization`s'
+    epsilon, positive (default 1e-3, Keras').
+
     Returns:
         An uncompiled `keras.Model`.
     """
+    layer_norm_epsilon = check.greater_than(
+        layer_norm_epsilon, "layer_norm_epsilon"
+    )
     layers = keras.layers
     frontend = _frontend(
         frontend_filters, frontend_kernel_sizes, frontend_strides
@@ -620,18 +702,18 @@ def real_music_classifier(
             dropout=dropout,
             name=f"encoder_{i}_attention",
         )(x, x)
-        x = layers.LayerNormalization(name=f"encoder_{i}_norm_1")(
-            layers.Add()([x, attention])
-        )
+        x = layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_1"
+        )(layers.Add()([x, attention]))
         h = layers.Dense(intermediate_dim or embed_dim, name=f"encoder_{i}_in")(
             x
         )
         h = layers.LeakyReLU(0.01)(h)
         h = layers.Dropout(feedforward_dropout)(h)
         h = layers.Dense(embed_dim, name=f"encoder_{i}_out")(h)
-        x = layers.LayerNormalization(name=f"encoder_{i}_norm_2")(
-            layers.Add()([x, h])
-        )
+        x = layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_2"
+        )(layers.Add()([x, h]))
     x = layers.Dense(head_dim, name="head_dense")(x)
     x = layers.LeakyReLU(0.01, name="head_act")(x)
     x = layers.Dropout(dropout, name="head_dropout")(x)

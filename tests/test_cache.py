@@ -8,6 +8,8 @@ shapes (and XLA fuses the compiled loop differently), so they agree up to
 float32 rounding: 1e-5 absolute on outputs of order 1 (a few ulps after
 two or three layers), 1e-5 on the logits of the small generator too."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -245,11 +247,54 @@ def _check_generate(model, spectra, feedback, steps=None, jit_compile=False):
     return notes, logits
 
 
-def test_generate_cached_equals_full_recompute(rng):
+@pytest.fixture(scope="module")
+def generator():
+    """One generator for the tests of its compiled loop: `generate` keeps
+    the loop per model, so they share one compilation (seconds)."""
+    keras.utils.set_random_seed(1234)
+    return _generator()
+
+
+def test_generate_cached_equals_full_recompute(rng, generator):
     spectra = rng.standard_normal((3, 5, 20)).astype("float32")
     # (Whether the random model's notes vary depends on the backend's
     # initial weights; the logits are compared either way.)
-    _check_generate(_generator(), spectra, "notes", jit_compile=True)
+    _check_generate(generator, spectra, "notes", jit_compile=True)
+
+
+def test_generate_checks_its_input_on_every_call(rng, generator):
+    """Issue 22, item 4: once its loop was compiled, `generate` took
+    spectra of other shapes silently ((3, 40, 20) gave logits) or failed
+    inside (TypeError for (3, 5, 18)); only the first call, and
+    `cache=False`, raised the shape error."""
+    spectra = rng.standard_normal((3, 5, 20)).astype("float32")
+    # The loop of test_generate_cached_equals_full_recompute (the same
+    # arguments): compiled, traced for (3, 5, 20).
+    _, logits = models.generate(generator, spectra)
+    bad = [(3, 40, 20), (3, 5, 18), (3, 5), (3, 5, 20, 1), (0, 5, 20)]
+    for shape in bad:
+        for cache in (True, False):
+            with pytest.raises(
+                ValueError, match=re.escape(f"spectra.shape={shape}")
+            ):
+                models.generate(
+                    generator, np.zeros(shape, "float32"), cache=cache
+                )
+    with pytest.raises(ValueError, match="must be real"):
+        models.generate(generator, spectra.astype("complex64"))
+    for steps in (2.0, True, 0):
+        with pytest.raises(ValueError, match=f"steps={steps!r}"):
+            models.generate(generator, spectra, steps=steps)
+    with pytest.raises(ValueError, match="threshold='0.5'"):
+        models.generate(generator, spectra, threshold="0.5")
+    with pytest.raises(ValueError, match="must be a float array"):
+        models.generate(generator, np.full((3, 5, 20), "x"))
+    with pytest.raises(ValueError, match="model of type str"):
+        models.generate("generator", spectra)
+    # The loop still runs, with the same result.
+    np.testing.assert_array_equal(
+        models.generate(generator, spectra)[1], logits
+    )
 
 
 # Every variant through the whole model once, under TensorFlow: the
