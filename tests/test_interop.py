@@ -195,6 +195,75 @@ def test_layer_norm_fixtures_at_initial_parameters(tokens, expected):
     np.testing.assert_allclose(
         _unstack(_np(layer(_stack(x))))[0], expected, atol=2e-5
     )
+    # epsilon 0, the reference's arithmetic: to the printed digits.
+    exact = cl.ComplexLayerNormalization(epsilon=0)
+    exact.build((None, 8))
+    interop.load_reference_state_dict(exact, sd)
+    np.testing.assert_allclose(
+        _unstack(_np(exact(_stack(x))))[0], expected, atol=2e-6
+    )
+
+
+def test_layer_norm_epsilon_zero_is_the_reference_arithmetic(rng):
+    """Issue 22, item 12: the reference's LayerNorm has no epsilon; ours
+    with epsilon 0 computes the same (float32 rounding), where 1e-5 moves
+    tokens of variance 1e-4 by about 5%."""
+    sd = ref.random_layer_norm(rng, 6)
+    x = _complex_normal(rng, (2, 4, 6)) * 0.01 + (1 - 2j)
+    want = ref.layer_norm(sd, "", x)
+    errors = {}
+    for epsilon in (0.0, 1e-5):
+        layer = cl.ComplexLayerNormalization(epsilon=epsilon)
+        layer.build((None, 4, 12))
+        interop.load_reference_state_dict(layer, sd)
+        errors[epsilon] = _rel(_unstack(_np(layer(_stack(x)))), want)
+    # Measured ~3e-6 (the offset 1 - 2j costs float32 digits) and 0.02.
+    assert errors[0.0] < LAYER_TOL
+    assert errors[1e-5] > 100 * errors[0.0]
+
+
+def test_ported_model_with_epsilon_zero_is_closer_to_the_reference(rng):
+    """Issue 22, item 12: with the reference's arithmetic, the rest of the
+    difference is float32 rounding (measured 4e-7 to 1.5e-6 over seeds,
+    against 1.8e-6 to 2.9e-6 with epsilon 1e-5)."""
+    sd = _random_model_sd(rng, "classifier")
+    src = _complex_normal(rng, (3, 5, SMALL["bins"]))
+    want = ref.classifier(sd, src, SMALL["num_heads"])
+    errors = {}
+    for epsilon in (0.0, 1e-5):
+        model = _classifier(layer_norm_epsilon=epsilon)
+        interop.load_reference_state_dict(model, sd)
+        got = _np(model(_stack(src), training=False))
+        errors[epsilon] = _rel(got, want)
+    assert errors[0.0] < 1e-5 and errors[0.0] < errors[1e-5]
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_half_precision_torch_tensors_load(rng):
+    """Issue 22, item 7: torch's complex32 was "not an array or tensor
+    (Got unsupported ScalarType ComplexHalf)"; float16, bfloat16 and
+    complex32 load as their exact float32 / complex64 values."""
+    torch = pytest.importorskip("torch")
+    sd = ref.random_layer_norm(rng, 6)
+    layer = cl.ComplexLayerNormalization()
+    layer.build((None, 12))
+    for real, complex_ in (
+        (torch.float16, torch.complex32),
+        (torch.bfloat16, torch.complex32),
+        (torch.float32, torch.complex64),
+    ):
+        half = {
+            "weights": torch.from_numpy(sd["weights"]).to(real),
+            "bias": torch.from_numpy(sd["bias"]).to(complex_),
+        }
+        interop.load_reference_state_dict(layer, half)
+        # The same numbers, widened exactly.
+        assert np.array_equal(
+            _np(layer.w0), half["weights"].float().numpy()[:, 0, 0]
+        )
+        bias = half["bias"].to(torch.complex64).numpy().reshape(-1)
+        assert np.array_equal(_np(layer.bias_real), bias.real)
+        assert np.array_equal(_np(layer.bias_imag), bias.imag)
 
 
 @pytest.mark.parametrize(
@@ -584,6 +653,107 @@ def test_cli_errors(tmp_path, capsys):
     assert status == 2 and "not a readable torch.save file" in err
 
 
+def _one_error_line(status, err):
+    """Exit status 2 and one `error: ...` line, no traceback."""
+    lines = err.strip().splitlines()
+    assert status == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_cli_file_system_errors(tmp_path, capsys):
+    """Issue 22, item 5: an OUT that is a directory (with --overwrite), a
+    broken symbolic link or under a file raised IsADirectoryError,
+    FileNotFoundError, NotADirectoryError from `model.save` (a traceback,
+    exit status 1), after the whole conversion; a checkpoint that is a
+    directory was "no such checkpoint file"."""
+    checkpoint = tmp_path / "ckpt.pt"
+    checkpoint.write_text("not a checkpoint")
+    args = ["--model", "classifier", "--variant", "realip"]
+    folder = tmp_path / "folder.keras"
+    folder.mkdir()
+    text = tmp_path / "file.txt"
+    text.write_text("a file")
+    dangling = tmp_path / "dangling.keras"
+    dangling.symlink_to(tmp_path / "missing" / "m.keras")
+    out = tmp_path / "m.keras"
+    link_to_folder = tmp_path / "link.keras"
+    link_to_folder.symlink_to(folder)
+    cases = [
+        ([checkpoint, folder, *args], "folder.keras is a directory"),
+        ([checkpoint, folder, *args, "--overwrite"], "is a directory"),
+        ([checkpoint, link_to_folder, *args, "--overwrite"], "is a directory"),
+        (
+            [checkpoint, dangling, *args, "--overwrite"],
+            "missing/m.keras): its directory",
+        ),
+        ([checkpoint, text / "m.keras", *args], "file.txt is not a director"),
+        ([checkpoint, tmp_path / "no" / "m.keras", *args], "is missing"),
+        ([tmp_path, out, *args], "is a directory, not a file"),
+        ([tmp_path / "none.pt", out, *args], "no such checkpoint file"),
+        ([dangling, out, *args], "a broken symbolic link to"),
+        ([checkpoint, out, *args, "--layer-norm-epsilon", "-1"], "epsilon"),
+    ]
+    for argv, match in cases:
+        status, _, err = _run(argv, capsys)
+        if "--layer-norm-epsilon" in argv:  # argparse: usage, then error
+            assert status == 2 and match in err, err
+            continue
+        assert match in _one_error_line(status, err), err
+    assert not out.exists() and folder.is_dir()
+
+
+def test_cli_permission_errors(tmp_path, capsys, monkeypatch):
+    """A directory without write permission and an unreadable checkpoint.
+    Permissions do not bind root: as root, the same refusals are
+    simulated (`os.access` and `open` as the command sees them)."""
+    checkpoint = tmp_path / "ckpt.pt"
+    checkpoint.write_text("not a checkpoint")
+    args = ["--model", "classifier", "--variant", "realip"]
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    unreadable = tmp_path / "unreadable.pt"
+    unreadable.write_text("secret")
+    if getattr(os, "geteuid", lambda: 0)() == 0:
+
+        def access(path, mode):
+            return os.path.basename(path) != "locked"
+
+        def open_(path, *args, **kwargs):
+            if os.path.basename(path) == "unreadable.pt":
+                raise PermissionError(13, "Permission denied", str(path))
+            return open(path, *args, **kwargs)
+
+        monkeypatch.setattr(cli.os, "access", access)
+        monkeypatch.setattr(cli, "open", open_, raising=False)
+    locked.chmod(0o500)
+    unreadable.chmod(0o000)
+    try:
+        status, _, err = _run([checkpoint, locked / "m.keras", *args], capsys)
+        assert "no permission to write" in _one_error_line(status, err)
+        status, _, err = _run([unreadable, tmp_path / "m.keras", *args], capsys)
+        line = _one_error_line(status, err)
+        assert "cannot read the checkpoint" in line
+        assert "Permission denied" in line
+    finally:
+        locked.chmod(0o700)
+        unreadable.chmod(0o600)
+
+
+def test_cli_save_errors_are_one_line(tmp_path):
+    """What `model.save` raises at the end (the directory gone, a full
+    disk, ...) is a `CommandError`, and leaves no partial file."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    gone = tmp_path / "gone" / "m.keras"
+    with pytest.raises(cli.CommandError, match="cannot write m.keras: "):
+        cli.save_model(model, "m.keras", str(gone))
+    out = tmp_path / "m.keras"
+    out.write_text("old")
+    cli.save_model(model, "m.keras", str(out))
+    assert keras.saving.load_model(out).count_params() == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.keras"]
+
+
 def test_cli_not_a_state_dict(tmp_path, capsys):
     torch = pytest.importorskip("torch")
     path = tmp_path / "list.pt"
@@ -613,7 +783,10 @@ def test_cli_converts_a_checkpoint(rng, tmp_path, capsys):
         },
         path,
     )
+    # A symbolic link to a file still to be written (its target is).
     out = tmp_path / "model.keras"
+    (tmp_path / "models").mkdir()
+    out.symlink_to(tmp_path / "models" / "ported.keras")
     args = [path, out, "--model", "classifier", "--variant", "realip"]
     status, _, err = _run([*args, "--bins", "64", "--num-heads", "3"], capsys)
     assert status == 2 and "does not divide" in err
@@ -625,10 +798,14 @@ def test_cli_converts_a_checkpoint(rng, tmp_path, capsys):
     assert status == 0, err
     assert "conv.4.running_cov -> frontend.norms.1.moving_whitening_rr" in text
     assert "loaded 58 reference tensors" in text
+    assert "layer_norm_epsilon=0" in text
+    assert out.is_symlink() and (tmp_path / "models" / "ported.keras").exists()
     model = keras.saving.load_model(out)
+    # The default: the reference's arithmetic (issue 22, item 12).
+    assert model.get_layer("encoder_0").layer_norm_epsilon == 0
     src = _complex_normal(rng, (2, 5, 64))
     got = _np(model(_stack(src), training=False))
-    assert _rel(got, ref.classifier(sd, src, 2)) < MODEL_TOL
+    assert _rel(got, ref.classifier(sd, src, 2)) < 1e-5
     if keras.backend.backend() == "tensorflow":
         # The second command: the converted model to TFLite, verified on
         # LiteRT (a reference checkpoint reaches a phone in two commands).

@@ -1,5 +1,7 @@
 """Tests of the model builders and greedy generation."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -167,6 +169,52 @@ def test_generate_bad_arguments(rng):
     classifier = models.music_classifier(frames=3, bins=10, notes=2, **SMALL)
     with pytest.raises(ValueError, match="generator"):
         models.generate(classifier, spectra)
+
+
+_NORMS = ("self_attention_norm", "cross_attention_norm", "feedforward_norm")
+
+
+def _norms(model):
+    """The layer norms of a model's encoder and decoder layers."""
+    return [
+        getattr(layer, name)
+        for layer in model.layers
+        if layer.name.startswith(("encoder_", "decoder_"))
+        for name in _NORMS
+        if hasattr(layer, name)
+    ]
+
+
+@pytest.mark.parametrize(
+    "builder", [models.music_classifier, models.music_generator]
+)
+def test_layer_norm_epsilon_reaches_every_layer_norm(builder):
+    """Issue 22, item 12: the builders take the layer norms' epsilon; 0 is
+    the reference's arithmetic (for exact ports)."""
+    model = builder(bins=10, notes=2, layer_norm_epsilon=0, **SMALL)
+    norms = _norms(model)
+    # 2 per encoder layer, 3 per decoder layer.
+    assert len(norms) == (2 if builder is models.music_classifier else 5)
+    assert all(norm.epsilon == 0.0 for norm in norms)
+    assert model.get_layer("encoder_0").get_config()["layer_norm_epsilon"] == 0
+    assert all(
+        norm.epsilon == 1e-5 for norm in _norms(builder(bins=10, **SMALL))
+    )
+    for bad in (-1, float("nan"), "0"):
+        with pytest.raises(
+            ValueError, match=re.escape(f"layer_norm_epsilon={bad!r}")
+        ):
+            builder(bins=10, notes=2, layer_norm_epsilon=bad, **SMALL)
+
+
+def test_real_baseline_layer_norm_epsilon():
+    size = dict(bins=10, notes=2, embed_dim=8, num_heads=2, num_layers=1)
+    size.update(head_dim=8, frontend_filters=(2, 4))
+    size.update(frontend_kernel_sizes=(3, 3))
+    model = models.real_music_classifier(layer_norm_epsilon=1e-6, **size)
+    assert model.get_layer("encoder_0_norm_1").epsilon == 1e-6
+    with pytest.raises(ValueError, match="layer_norm_epsilon=0"):
+        models.real_music_classifier(layer_norm_epsilon=0, **size)
 
 
 @pytest.mark.parametrize(

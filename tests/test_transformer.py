@@ -166,7 +166,13 @@ def test_scores_and_output_shapes(rng):
         (dict(num_heads=2, activation="gelu"), "activation='gelu'"),
         (dict(num_heads=2, normalization="batch"), "normalization='batch'"),
         (dict(num_heads=2, softmax="soft"), "softmax='soft'"),
-        (dict(num_heads=2, layer_norm_epsilon=0), "layer_norm_epsilon=0"),
+        (dict(num_heads=2, layer_norm_epsilon=-1e-3), "epsilon=-0.001"),
+        # Issue 22, item 12: 0 is the reference's arithmetic for the layer
+        # norms, not for "rms".
+        (
+            dict(num_heads=2, normalization="rms", layer_norm_epsilon=0),
+            "layer_norm_epsilon=0",
+        ),
     ],
 )
 def test_bad_arguments(kwargs, match):

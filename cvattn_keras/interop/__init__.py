@@ -817,7 +817,13 @@ def _to_numpy(value):
         for method in ("resolve_conj", "resolve_neg"):
             if hasattr(tensor, method):
                 tensor = getattr(tensor, method)()
-        if "bfloat16" in str(getattr(tensor, "dtype", "")):
+        # NumPy has no bfloat16, float8 or complex32 (torch's chalf):
+        # widen them first (exactly: complex32 to complex64, the others to
+        # float32).
+        dtype = str(getattr(tensor, "dtype", ""))
+        if "complex32" in dtype or "chalf" in dtype:
+            tensor = tensor.cfloat()
+        elif "bfloat16" in dtype or "float8" in dtype:
             tensor = tensor.float()
         return np.asarray(tensor.numpy())
     return np.asarray(value)
@@ -953,6 +959,13 @@ def load_reference_state_dict(
 ):
     """Loads a reference `state_dict` into a model or layer of this library.
 
+    The weights are the reference's; its arithmetic also needs the layer
+    norms without epsilon: build the model with `layer_norm_epsilon=0`
+    (`music_classifier`, `music_generator`; the command line's default)
+    or the layer with `ComplexLayerNormalization(epsilon=0)`. With the
+    builders' default 1e-5 the outputs differ by about `1e-5 / variance`,
+    most of the remaining difference.
+
     Args:
         model_or_layer: a built object with a reference counterpart (see
             the module docstring's table): a layer, or a model built by
@@ -962,7 +975,8 @@ def load_reference_state_dict(
             relative to the module that corresponds to `model_or_layer`
             (`"encoder.layers.0.self_attn.in_proj_q.Linear_real.weight"`
             for a model, `"Linear_real.weight"` for a `ComplexDense`), to
-            torch tensors or NumPy arrays (any float or complex precision;
+            torch tensors or NumPy arrays (any float or complex precision,
+            also torch's bfloat16, float8 and complex32, widened exactly;
             the loader computes in float64 and rounds once to the
             variables' dtype). The reference's complex parameters (the
             norms' `bias`, the batch norm's `running_mean`) must be

@@ -22,15 +22,31 @@ the checkpoint; the strided front end makes several bin counts fit, so
 another one must be given), `--frames` (classifier, default 64),
 `--source-frames`, `--target-frames` (generator, defaults 43 and 21).
 
+`--layer-norm-epsilon` (default 0) is the epsilon of the model's layer
+norms. The default 0 is the reference's arithmetic (its LayerNorm has
+none): the converted model computes what the authors' code computes, which
+is what a conversion is for, and stays NaN-safe on constant tokens (see
+`cvattn_keras.layers.ComplexLayerNormalization`). 1e-5 (the builders'
+default) gives smaller gradients near constant tokens, for training from
+the converted weights; it moves the outputs by about `epsilon / variance`
+relative, most of the difference from the reference.
+
+OUT is written to a temporary file beside it, then renamed: an existing
+OUT (with `--overwrite`) is replaced only by a complete file. A symbolic
+link OUT is followed (its target is written).
+
 Needs torch (`pip install ".[torch]"`). Errors print one line,
-`error: ...`, and exit with status 2: a missing checkpoint, a file that is
-not a state dict, an existing OUT without `--overwrite`, an unknown
-variant, torch not installed, a checkpoint that does not fit the model.
+`error: ...`, and exit with status 2: a missing, unreadable or directory
+checkpoint, a file that is not a state dict, an existing OUT without
+`--overwrite`, an OUT that is a directory or in a missing directory (or
+under a file), an OUT that cannot be written, an unknown variant, torch
+not installed, a checkpoint that does not fit the model.
 """
 
 import argparse
 import os
 import sys
+import uuid
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -48,6 +64,19 @@ DEFAULT_NUM_HEADS = 8
 
 class CommandError(Exception):
     """A one-line error for the user (exit status 2)."""
+
+
+def _epsilon_argument(text):
+    """argparse type: a finite float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number >= 0, received {text!r}"
+        )
+    return value
 
 
 def _parser():
@@ -93,6 +122,13 @@ def _parser():
         default=DEFAULT_NUM_HEADS,
     )
     parser.add_argument(
+        "--layer-norm-epsilon",
+        type=_epsilon_argument,
+        default=0.0,
+        help="epsilon of the layer norms (default 0: the reference's "
+        "arithmetic; 1e-5 for training)",
+    )
+    parser.add_argument(
         "--prefix",
         default="",
         help="a prefix of every key to remove (e.g. 'module.')",
@@ -108,12 +144,91 @@ def _parser():
     return parser
 
 
+def _os_reason(error):
+    """The reason of an `OSError`, without its file name."""
+    return error.strerror or str(error) or type(error).__name__
+
+
+def check_checkpoint(path):
+    """`path` is a readable regular file, or a `CommandError`."""
+    if os.path.isdir(path):
+        raise CommandError(f"the checkpoint {path} is a directory, not a file")
+    if not os.path.exists(path):
+        link = (
+            f" (a broken symbolic link to {os.readlink(path)})"
+            if os.path.islink(path)
+            else ""
+        )
+        raise CommandError(f"no such checkpoint file: {path}{link}")
+    if not os.path.isfile(path):
+        raise CommandError(f"the checkpoint {path} is not a regular file")
+    try:
+        with open(path, "rb") as file:
+            file.read(1)
+    except OSError as error:
+        raise CommandError(
+            f"cannot read the checkpoint {path}: {_os_reason(error)}"
+        ) from None
+
+
+def check_output(path, overwrite):
+    """The file that writing `path` writes (a symbolic link's target), or a
+    `CommandError`: a directory, an existing file without `overwrite`, a
+    missing or unwritable directory."""
+    if not path.endswith(".keras"):
+        raise CommandError(
+            f"the output must be a .keras file. Received: {path}"
+        )
+    target = os.path.realpath(path)
+    link = f" (a symbolic link to {target})" if os.path.islink(path) else ""
+    if os.path.isdir(target):
+        raise CommandError(f"the output {path}{link} is a directory")
+    if os.path.lexists(target):
+        if not overwrite:
+            raise CommandError(
+                f"{path}{link} exists; pass --overwrite to replace it"
+            )
+        if not os.path.isfile(target):
+            raise CommandError(f"the output {path}{link} is not a regular file")
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        what = "not a directory" if os.path.exists(folder) else "missing"
+        raise CommandError(
+            f"cannot write {path}{link}: its directory {folder} is {what}"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CommandError(
+            f"cannot write {path}{link}: no permission to write in {folder}"
+        )
+    return target
+
+
+def save_model(model, path, target):
+    """Saves `model` to `target` (what `path` names) through a temporary
+    file beside it, renamed over `target` when complete. Raises
+    `CommandError` for a file-system error."""
+    folder, name = os.path.split(target)
+    partial = os.path.join(folder, f".{name}.{uuid.uuid4().hex[:8]}.keras")
+    try:
+        model.save(partial)
+        os.replace(partial, target)
+    except OSError as error:
+        raise CommandError(
+            f"cannot write {path}: {_os_reason(error)}"
+        ) from None
+    finally:
+        if os.path.lexists(partial):  # a failed save's remains
+            try:
+                os.remove(partial)
+            except OSError:
+                pass
+
+
 def read_checkpoint(path):
     """The state dict in the `torch.save` file `path`, values as torch
     tensors (a dict wrapping it under one of `WRAPPER_KEYS` is
     unwrapped). Raises `CommandError`."""
-    if not os.path.isfile(path):
-        raise CommandError(f"no such checkpoint file: {path}")
+    check_checkpoint(path)
     try:
         import torch
     except ImportError:
@@ -288,19 +403,8 @@ def infer_sizes(state_dict, kind, bins=None, num_heads=DEFAULT_NUM_HEADS):
 
 def convert(args):
     """Does the work of `main`; returns the summary text."""
-    if not args.output.endswith(".keras"):
-        raise CommandError(
-            f"the output must be a .keras file. Received: {args.output}"
-        )
-    if not os.path.isfile(args.checkpoint):
-        raise CommandError(f"no such checkpoint file: {args.checkpoint}")
-    if os.path.exists(args.output) and not args.overwrite:
-        raise CommandError(
-            f"{args.output} exists; pass --overwrite to replace it"
-        )
-    folder = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(folder):
-        raise CommandError(f"no such output directory: {folder}")
+    target = check_output(args.output, args.overwrite)
+    check_checkpoint(args.checkpoint)
     try:
         softmax, product = attention.parse_variant(args.variant)
     except ValueError as error:
@@ -314,22 +418,24 @@ def convert(args):
         }
     sizes = infer_sizes(state_dict, args.model, args.bins, args.num_heads)
     try:
+        options = dict(
+            softmax=softmax,
+            product=product,
+            layer_norm_epsilon=args.layer_norm_epsilon,
+            **sizes,
+        )
         if args.model == "classifier":
-            model = models.music_classifier(
-                frames=args.frames, softmax=softmax, product=product, **sizes
-            )
+            model = models.music_classifier(frames=args.frames, **options)
         else:
             model = models.music_generator(
                 source_frames=args.source_frames,
                 target_frames=args.target_frames,
-                softmax=softmax,
-                product=product,
-                **sizes,
+                **options,
             )
         result = interop.load_reference_state_dict(model, state_dict)
     except ValueError as error:
         raise CommandError(str(error)) from None
-    model.save(args.output)
+    save_model(model, args.output, target)
     described = ", ".join(
         f"{name}={value}"
         for name, value in sizes.items()
@@ -340,7 +446,8 @@ def convert(args):
         f"loaded {len(result.loaded)} reference tensors "
         f"({result.parameters:,} real numbers) into {model.name} "
         f"(variant {args.variant}: softmax={softmax!r}, "
-        f"product={product!r}; {described})"
+        f"product={product!r}; {described}; "
+        f"layer_norm_epsilon={args.layer_norm_epsilon:g})"
     )
     lines.append(f"saved {args.output}")
     return "\n".join(lines)
@@ -356,6 +463,10 @@ def main(argv=None):
         print(convert(args))
     except CommandError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # any other file-system error: one line too
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"error: {_os_reason(error)}{where}", file=sys.stderr)
         return 2
     return 0
 

@@ -49,7 +49,15 @@ from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
 
-def _check_epsilon(epsilon):
+def _check_epsilon(epsilon, allow_zero=False):
+    """A finite `epsilon > 0`, or also 0 with `allow_zero`."""
+    if allow_zero:
+        if not check._is_real(epsilon) or epsilon < 0:
+            raise ValueError(
+                "`epsilon` must be a finite number >= 0. "
+                f"Received: epsilon={epsilon!r}"
+            )
+        return float(epsilon)
     return check.greater_than(epsilon, "epsilon")
 
 
@@ -106,6 +114,36 @@ _EXPONENTS = {"float32": (-120, 120), "float64": (-1000, 1000)}
 # resolution of the result.
 _EPSILON_FLOOR = 2.0**-60
 
+# The layer norms with epsilon = 0 (the reference's arithmetic) put a
+# floor on the variances instead: `max((eps_mach 2^k0)^2, tiny)`, 2^k0 the
+# token's scale (the power of two at or above its largest |x|), `eps_mach`
+# the dtype's machine epsilon and `tiny` about its smallest normal number.
+# A token whose spread is below the resolution of its own values counts as
+# constant: without the floor its whitening would divide by zero (NaN in
+# the reference). `tiny` bounds the derivatives at an all-zero token
+# (about 1 / sqrt(tiny)). The floor changes the output of any other token
+# by about `floor / (2 variance) = 2 r^2` relative, where `r = eps_mach
+# 2^k0 / (2 std)` is about the relative error that rounding the token's
+# values costs anyway: 7e-13 in float32 for a spread (std) of a tenth of
+# the scale, and never more than that rounding. The exponents (base 2) of
+# `eps_mach` and `sqrt(tiny)`:
+_ZERO_EPSILON_EXPONENTS = {
+    "float32": (-23.0, -63.0),
+    "float64": (-52.0, -511.0),
+}
+
+
+def _zero_epsilon_exponent(k0, dtype):
+    """The exponent `k` (a tensor) of the floor `(2^k 2^k0)^2` of the
+    layer norms with epsilon = 0, in the data's units scaled by 2^-k0."""
+    relative, tiny = _ZERO_EPSILON_EXPONENTS[dtype]
+    return ops.maximum(relative, tiny - k0)
+
+
+# The plain statistics of integer files (no rescaling, so no relative
+# floor) use this in place of epsilon = 0.
+_PLAIN_ZERO_EPSILON = 1e-12
+
 
 def _exponent(largest, dtype):
     """The smallest integer `k` (as a float tensor) with `2^k >= largest`,
@@ -145,7 +183,15 @@ def _safe_ratio(numerator, divisor, dtype):
 
 
 def _whitening_statistics(
-    real, imag, mean, k0, epsilon, inflation=0.0, scale=None, inverse=False
+    real,
+    imag,
+    mean,
+    k0,
+    epsilon,
+    inflation=0.0,
+    scale=None,
+    inverse=False,
+    shift=False,
 ):
     """Whitens `(real, imag)` by its own covariance, scale-invariantly.
 
@@ -157,7 +203,10 @@ def _whitening_statistics(
             with `2^k` at least the (unmasked) maximum of `|real|` and
             `|imag|` over the statistics' axes, broadcastable likewise; the
             same on every replica when the statistics are global.
-        epsilon: added to both variances (in the data's units).
+        epsilon: added to both variances (in the data's units). 0 (a
+            Python number) for none: the variances then have a floor of
+            `max((eps_mach 2^k0)^2, tiny)` instead (see
+            `_ZERO_EPSILON_EXPONENTS`).
         inflation: each variance is also inflated by `inflation` times
             itself (`1 / (E - 1)` turns a biased variance into the
             unbiased one of the reference estimator); a float or a tensor
@@ -169,6 +218,11 @@ def _whitening_statistics(
             (one 2x2 product `C^-1/2 S` per feature, then one pass over the
             data).
         inverse: whether to also return the entries of `C^-1/2`.
+        shift: subtract the first entry of the last axis (the statistics'
+            axis: layer norms only) before taking the mean, so that a
+            constant token centres to exactly 0 (the mean of `n` equal
+            floats is often off by an ulp or two), and its whitening is
+            exactly 0.
 
     Returns:
         `(real, imag)` whitened, and the statistics in the data's units
@@ -202,21 +256,40 @@ def _whitening_statistics(
     dtype = keras.backend.standardize_dtype(real.dtype)
     low, high = _EXPONENTS[dtype]
     unit = _pow2(-k0, dtype)
-    mean_r, mean_i = mean(real * unit, imag * unit)
-    real, imag = real * unit - mean_r, imag * unit - mean_i
+    real, imag = real * unit, imag * unit
+    if shift:
+        # Exact for a constant token (x - x0 = 0); the centred data and
+        # their derivatives do not depend on the shift.
+        first_r, first_i = (
+            ops.stop_gradient(part[..., :1]) for part in (real, imag)
+        )
+        real, imag = real - first_r, imag - first_i
+    mean_r, mean_i = mean(real, imag)
+    real, imag = real - mean_r, imag - mean_i
+    if shift:
+        mean_r, mean_i = mean_r + first_r, mean_i + first_i
     v_rr, v_ii, v_ri = mean(real * real, imag * imag, real * imag)
     # k1: the larger variance to (1/4, 1], and in total (k0 + k1) at
-    # least sqrt(epsilon), so that the rescaled epsilon is at most 1. The
+    # least sqrt(epsilon), so that the rescaled epsilon is at most 1 (with
+    # epsilon = 0, k1 at least the floor's exponent, likewise). The
     # factor 2^-2k1 is applied as two factors 2^-k1, each representable.
     top = ops.stop_gradient(ops.maximum(v_rr, v_ii))
-    k1 = ops.maximum(
-        ops.ceil(0.5 * ops.log2(top)), _epsilon_exponent(epsilon) - k0
+    least = (
+        _epsilon_exponent(epsilon) - k0
+        if epsilon
+        else _zero_epsilon_exponent(k0, dtype)
     )
+    k1 = ops.maximum(ops.ceil(0.5 * ops.log2(top)), least)
     k1 = ops.clip(k1, low, high)
     half = _pow2(-k1, dtype)
     v_rr, v_ii, v_ri = (v * half * half for v in (v_rr, v_ii, v_ri))
     total = k0 + k1
-    eps = ops.maximum(epsilon * _pow2(-2.0 * total, dtype), _EPSILON_FLOOR)
+    if epsilon:
+        eps = epsilon * _pow2(-2.0 * total, dtype)
+    else:
+        # The floor (2^least 2^k0)^2, in the rescaled units: at most 1.
+        eps = _pow2(2.0 * (least - k1), dtype)
+    eps = ops.maximum(eps, _EPSILON_FLOOR)
     # det = v_pp var(u), u = q - beta p as a combination of (real, imag).
     pivot = v_rr >= v_ii
     v_pp = ops.stop_gradient(ops.where(pivot, v_rr, v_ii))
@@ -407,13 +480,31 @@ class ComplexLayerNormalization(keras.layers.Layer):
     with finite gradients. It changes outputs by about `epsilon / variance`
     relative.
 
+    `epsilon=0` is the reference's arithmetic, for exact ports (e.g.
+    `cvattn_keras.interop`), and stays NaN-safe: each variance has a floor
+    of `max((eps_mach * s)^2, tiny)` instead, `s` the token's scale (the
+    power of two at or above its largest |x|), `eps_mach` the statistics
+    dtype's machine epsilon (2^-23 in float32) and `tiny` about its
+    smallest normal number (2^-126), so a spread below the resolution of
+    the token's own values (or below about 1e-19) counts as none. That
+    changes other tokens' outputs by about `floor / (2 variance)`
+    relative (7e-13 in float32 for a spread of a tenth of the scale),
+    always less than what rounding the token's values to float32 costs.
+    A constant token (centred exactly: the first feature is
+    subtracted before the mean) gives exactly the bias, and finite
+    gradients, but large ones near constant tokens (about
+    `1 / sqrt(floor)`, up to 2^63 at an all-zero token): keep an epsilon
+    to train. The plain statistics of integer TFLite files use 1e-12 in
+    place of 0.
+
     `method="naive"` instead normalizes the real and imaginary parts
     independently (a real LayerNorm on each, with learnable `gamma_real`,
     `gamma_imag`, `beta_real`, `beta_imag`), as in the reference's naive
     variant.
 
     Args:
-        epsilon: positive float added to the variances. Defaults to `1e-5`.
+        epsilon: float >= 0 added to the variances. Defaults to `1e-5`;
+            0 for the reference's arithmetic (see above).
         method: `"whitening"` (default) or `"naive"`.
         estimator: `"reference"` (default) or `"biased"`; whitening only.
         center: whether to add the complex bias. Defaults to `True`.
@@ -447,7 +538,7 @@ class ComplexLayerNormalization(keras.layers.Layer):
         scale=True,
         **kwargs,
     ):
-        epsilon = _check_epsilon(epsilon)
+        epsilon = _check_epsilon(epsilon, allow_zero=True)
         if method not in self.METHODS:
             raise ValueError(
                 f"`method` must be one of {list(self.METHODS)}. "
@@ -516,23 +607,37 @@ class ComplexLayerNormalization(keras.layers.Layer):
 
     def _token_exponent(self, x):
         """Per token: the power-of-two exponent of max |x| over the last
-        axis, at least that of sqrt(epsilon)."""
+        axis, at least that of sqrt(epsilon) (with epsilon > 0)."""
         dtype = keras.backend.standardize_dtype(x.dtype)
         k = _exponent(ops.max(x, axis=-1, keepdims=True), dtype)
+        if not self.epsilon:
+            return k
         return ops.maximum(k, _epsilon_exponent(self.epsilon))
+
+    def _plain_epsilon(self):
+        """The epsilon of the plain statistics (no relative floor there)."""
+        return self.epsilon or _PLAIN_ZERO_EPSILON
 
     def _naive(self, real, imag):
         if _tracing.plain_statistics():
             # For integer files (see `_plain_whitening`).
-            real = _plain_standardize(real, self.epsilon)
-            imag = _plain_standardize(imag, self.epsilon)
+            real = _plain_standardize(real, self._plain_epsilon())
+            imag = _plain_standardize(imag, self._plain_epsilon())
             return self._naive_affine(real, imag)
         # Rescale by a power of two so that |x| <= 1 and epsilon <= 1:
         # scale-invariant up to the float range.
         dtype = keras.backend.standardize_dtype(real.dtype)
         k = self._token_exponent(_largest(real, imag))
         real, imag = real * _pow2(-k, dtype), imag * _pow2(-k, dtype)
-        eps = ops.maximum(self.epsilon * _pow2(-2.0 * k, dtype), _EPSILON_FLOOR)
+        if self.epsilon:
+            eps = self.epsilon * _pow2(-2.0 * k, dtype)
+            eps = ops.maximum(eps, _EPSILON_FLOOR)
+        else:
+            # The floor (see `_ZERO_EPSILON_EXPONENTS`), and a constant
+            # token centred exactly (x - x0 = 0).
+            eps = _pow2(2.0 * _zero_epsilon_exponent(k, dtype), dtype)
+            real = real - ops.stop_gradient(real[..., :1])
+            imag = imag - ops.stop_gradient(imag[..., :1])
         parts = []
         for part in (real, imag):
             mean = ops.mean(part, axis=-1, keepdims=True)
@@ -563,7 +668,9 @@ class ComplexLayerNormalization(keras.layers.Layer):
         inflation = 1.0 / (features - 1) if self.estimator == "reference" else 0
         if _tracing.plain_statistics():
             # For integer files (see `_plain_whitening`).
-            real, imag = _plain_whitening(*cx.split(x), self.epsilon, inflation)
+            real, imag = _plain_whitening(
+                *cx.split(x), self._plain_epsilon(), inflation
+            )
             return self._whitening_affine(real, imag, dtype)
         # The scale from the stacked input: one contiguous pass (and not
         # keepdims: XLA's CPU reductions are slower into an axis of size 1).
@@ -576,7 +683,13 @@ class ComplexLayerNormalization(keras.layers.Layer):
             return [ops.mean(t, axis=-1, keepdims=True) for t in tensors]
 
         (real, imag), _ = _whitening_statistics(
-            real, imag, mean, k0, self.epsilon, inflation
+            real,
+            imag,
+            mean,
+            k0,
+            self.epsilon,
+            inflation,
+            shift=not self.epsilon,
         )
         return self._whitening_affine(real, imag, dtype)
 

@@ -22,6 +22,20 @@ from cvattn_keras.layers.normalization import _features
 NORMALIZATIONS = ("whitening", "naive", "rms")
 
 
+def _check_layer_norm_epsilon(value, normalization):
+    """A finite epsilon, >= 0 for the layer norms ("whitening", "naive":
+    0 is the reference's arithmetic, see `ComplexLayerNormalization`), > 0
+    for "rms"."""
+    if normalization == "rms":
+        return check.greater_than(value, "layer_norm_epsilon")
+    if not check._is_real(value) or value < 0:
+        raise ValueError(
+            "`layer_norm_epsilon` must be a finite number >= 0 (> 0 with "
+            f'normalization="rms"). Received: layer_norm_epsilon={value!r}'
+        )
+    return float(value)
+
+
 class _ComplexTransformerBlock(keras.layers.Layer):
     """What the encoder and the decoder share: arguments, residual
     sublayers with post- or pre-norm, and the feed-forward network."""
@@ -73,8 +87,8 @@ class _ComplexTransformerBlock(keras.layers.Layer):
                 f"`normalization` must be one of {list(NORMALIZATIONS)}. "
                 f"Received: normalization={normalization!r}"
             )
-        layer_norm_epsilon = check.greater_than(
-            layer_norm_epsilon, "layer_norm_epsilon"
+        layer_norm_epsilon = _check_layer_norm_epsilon(
+            layer_norm_epsilon, normalization
         )
         super().__init__(**kwargs)
         self.supports_masking = True
@@ -278,7 +292,9 @@ _BLOCK_ARGS = """
             post-norm (`norm(x + f(x))`, default).
         normalization: `"whitening"` (the paper's, default), `"naive"` or
             `"rms"`.
-        layer_norm_epsilon: epsilon of the normalizations. Default `1e-5`.
+        layer_norm_epsilon: epsilon of the normalizations. Default `1e-5`;
+            0 (not with `normalization="rms"`) for the reference's
+            arithmetic, see `ComplexLayerNormalization`.
         kernel_initializer, bias_initializer: of every projection.
             Default `"complex_glorot_uniform"` and `"zeros"` (also for
             `None`).
