@@ -27,22 +27,13 @@ def measure(spec, timeout=900):
     """Runs one candidate in a subprocess: {peak_mib, base_mib, reset,
     first_s} or {error}. `spec`: a dict accepted by
     `_speed_candidates.candidate_from_spec`, plus `pass_` and `jit`."""
-    command = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--child",
-        json.dumps(spec),
-    ]
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
+    # Imported here, not at the top: the child runs this file, and sets
+    # KERAS_BACKEND (when run by hand) before anything imports Keras.
+    from cvattn_keras.export._subprocess import run_python
+
+    arguments = [os.path.abspath(__file__), "--child", json.dumps(spec)]
     try:
-        done = subprocess.run(
-            command,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=timeout,
-        )
+        done = run_python(arguments, timeout, {"TF_CPP_MIN_LOG_LEVEL": "3"})
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]

@@ -20,6 +20,7 @@ import pytest
 
 import cvattn_keras as cvk
 from cvattn_keras import attention as att
+from cvattn_keras.export._subprocess import _raise_subprocess_error
 
 pytestmark = pytest.mark.slow
 
@@ -149,16 +150,16 @@ def test_subprocess_failures_become_the_same_errors(tmp_path):
     }
     error_file.write_text(json.dumps(record))
     with pytest.raises(cvk.export.UnsupportedOpsError) as info:
-        cvk.export._raise_subprocess_error(done, str(error_file), "jax")
+        _raise_subprocess_error(done, str(error_file), "jax")
     assert info.value.ops == ["Erfinv"] and info.value.layers == ["erf"]
     assert not info.value.involves_complex
     error_file.write_text(json.dumps({"kind": "value", "message": "bad"}))
     with pytest.raises(ValueError, match="bad"):
-        cvk.export._raise_subprocess_error(done, str(error_file), "jax")
+        _raise_subprocess_error(done, str(error_file), "jax")
     os.remove(error_file)
     done = subprocess.CompletedProcess([], 1, "", "some\nlast line")
     with pytest.raises(RuntimeError, match="last line"):
-        cvk.export._raise_subprocess_error(done, str(error_file), "jax")
+        _raise_subprocess_error(done, str(error_file), "jax")
 
 
 @pytest.mark.parametrize("environment_backend", ["jax", "tensorflow"])

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from cvattn_keras import models
-from cvattn_keras.export import _file_ops
+from cvattn_keras.export._reading import _file_ops
 from cvattn_keras.export.generator import DECODE_INPUTS
 from cvattn_keras.export.generator import DECODE_OUTPUTS
 from cvattn_keras.export.generator import ENCODE_INPUTS

@@ -17,6 +17,7 @@ import pytest
 
 import cvattn_keras as cvk
 from cvattn_keras.export import __main__ as cli
+from cvattn_keras.export import _conversion
 
 # These test the exporter itself, which runs on TensorFlow: under another
 # backend export_tflite hands the same work to a TensorFlow subprocess,
@@ -288,8 +289,8 @@ def test_int8_without_calibration_samples_is_an_error(
     def no_conversion(*args, **kwargs):
         raise AssertionError("validation must come before conversion")
 
-    monkeypatch.setattr(cvk.export, "_convert", no_conversion)
-    monkeypatch.setattr(cvk.export, "_convert_in_subprocess", no_conversion)
+    monkeypatch.setattr(_conversion, "_convert", no_conversion)
+    monkeypatch.setattr(_conversion, "_convert_in_subprocess", no_conversion)
     args = dict(
         quantization="int8",
         representative_data=np.ones((4, 3, 4), "float32"),
@@ -426,8 +427,8 @@ def test_overwrite_false_keeps_the_file_and_refuses_before_converting(
     def no_conversion(*args, **kwargs):
         raise AssertionError("the refusal must come before conversion")
 
-    monkeypatch.setattr(cvk.export, "_convert", no_conversion)
-    monkeypatch.setattr(cvk.export, "_convert_in_subprocess", no_conversion)
+    monkeypatch.setattr(_conversion, "_convert", no_conversion)
+    monkeypatch.setattr(_conversion, "_convert_in_subprocess", no_conversion)
     path = tmp_path / "m.tflite"
     path.write_bytes(b"keep me")
     with pytest.raises(FileExistsError, match="overwrite=True") as info:

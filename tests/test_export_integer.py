@@ -18,6 +18,7 @@ import pytest
 
 import cvattn_keras as cvk
 from cvattn_keras.export import __main__ as cli
+from cvattn_keras.export._subprocess import _raise_subprocess_error
 
 
 def _attention_model():
@@ -388,7 +389,7 @@ def test_subprocess_records_of_float_fallbacks_become_the_error(tmp_path):
     error_file.write_text(json.dumps(record))
     done = subprocess.CompletedProcess([], 1, "", "")
     with pytest.raises(cvk.export.FloatFallbackError) as info:
-        cvk.export._raise_subprocess_error(done, str(error_file), "jax")
+        _raise_subprocess_error(done, str(error_file), "jax")
     assert info.value.ops == ["NEG"] and info.value.layers == ["encoder/norm"]
     assert isinstance(info.value, cvk.export.UnsupportedOpsError)
 
@@ -398,7 +399,7 @@ def test_a_crashed_converter_is_a_clear_error(tmp_path):
 
     done = subprocess.CompletedProcess([], -11, "", "scale out of range")
     with pytest.raises(RuntimeError, match="crashed.*signal 11.*full_int8"):
-        cvk.export._raise_subprocess_error(
+        _raise_subprocess_error(
             done, str(tmp_path / "none.json"), "tensorflow", "full_int8"
         )
 

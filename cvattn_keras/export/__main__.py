@@ -71,6 +71,9 @@ import numpy as np  # noqa: E402
 from cvattn_keras import _validation as check  # noqa: E402
 from cvattn_keras import export  # noqa: E402
 from cvattn_keras.export import _files  # noqa: E402
+from cvattn_keras.export._arguments import _as_input_list  # noqa: E402
+from cvattn_keras.export._arguments import _input_names  # noqa: E402
+from cvattn_keras.export._modes import _CALIBRATED  # noqa: E402
 
 # `--representative-data random`: calibrate on random inputs, by name.
 RANDOM = "random"
@@ -133,7 +136,7 @@ def random_inputs(model, batch_size, sequence_length, seed):
 def _load_npz(path, model):
     """`--representative-data FILE.npz`: one array per model input, each
     checked against the input's shape and dtype."""
-    names = export._input_names(model)
+    names = _input_names(model)
     try:
         with np.load(path, allow_pickle=False) as data:
             found = {key: data[key] for key in data.files}
@@ -154,7 +157,7 @@ def _load_npz(path, model):
             )
         arrays = [found[key] for key in positional]
     try:
-        return export._as_input_list(model, arrays, "representative_data")
+        return _as_input_list(model, arrays, "representative_data")
     except ValueError as error:
         raise _CommandError(
             f"--representative-data {path!r} does not fit the model: "
@@ -347,7 +350,7 @@ def _check_arguments(args):
             f"OUTPUT {args.output!r} already exists; pass --overwrite to "
             "replace it"
         )
-    calibrated = list(export._CALIBRATED)
+    calibrated = list(_CALIBRATED)
     if args.representative_data and args.quantize not in calibrated:
         raise _CommandError(
             "--representative-data is used only with --quantize "

@@ -36,10 +36,8 @@ to a temporary `.keras` file and converted in a subprocess under
 """
 
 import argparse
-import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -47,11 +45,19 @@ import warnings
 import keras
 import numpy as np
 
-import cvattn_keras.export as base
 from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import attention as core
 from cvattn_keras import models
+from cvattn_keras.export._arguments import _check_model
+from cvattn_keras.export._arguments import _check_output
+from cvattn_keras.export._arguments import _check_path
+from cvattn_keras.export._conversion import _raise_unsupported
+from cvattn_keras.export._conversion import _write
+from cvattn_keras.export._errors import UnsupportedOpsError
+from cvattn_keras.export._modes import QUANTIZATIONS
+from cvattn_keras.export._reading import _check_tflite_file
+from cvattn_keras.export._subprocess import convert_saved_copy
 
 __all__ = [
     "DECODE_INPUTS",
@@ -101,7 +107,7 @@ def _check_generator(model):
             "`model` must be a `music_generator` keras.Model. Received: "
             f"model of type {type(model).__name__}"
         )
-    inputs = base._check_model(model)
+    inputs = _check_model(model)
     names = {layer.name for layer in model.layers}
     missing = [name for name in _STEP_LAYERS if name not in names]
     if len(inputs) != 2 or missing:
@@ -258,9 +264,9 @@ def export_generator_tflite(
             `quantization`, an existing file with `overwrite=False`.
         UnsupportedOpsError: an op with no TFLite builtin kernel.
     """
-    path = base._check_output(path, overwrite)
+    path = _check_output(path, overwrite)
     if quantization not in GENERATOR_QUANTIZATIONS:
-        calibrated = quantization in base.QUANTIZATIONS
+        calibrated = quantization in QUANTIZATIONS
         raise ValueError(
             f"`quantization` must be one of {list(GENERATOR_QUANTIZATIONS)} "
             "for a generator"
@@ -280,7 +286,7 @@ def export_generator_tflite(
         )
     else:
         flatbuffer = _convert(model, quantization, shapes)
-    base._write(path, flatbuffer, overwrite)
+    _write(path, flatbuffer, overwrite)
     return path
 
 
@@ -368,7 +374,7 @@ def _convert(model, quantization, shapes):
                 )
                 return converter.convert()
         except ConverterError as error:
-            base._raise_unsupported(error, model)
+            _raise_unsupported(error, model)
 
 
 # ----------------------------------------------------------------------
@@ -382,28 +388,11 @@ _CHILD = (
 
 
 def _convert_in_subprocess(model, quantization, self_cache, spectra):
-    backend = keras.backend.backend()
-    if importlib.util.find_spec("tensorflow") is None:
-        raise ValueError(
-            f"TFLite export needs TensorFlow, which is not installed; the "
-            f"Keras backend is {backend!r}. Install it (`pip install "
-            "tensorflow`) and export again."
-        )
-    with tempfile.TemporaryDirectory() as directory:
-        model_path = os.path.join(directory, "model.keras")
-        try:
-            model.save(model_path)
-        except Exception as error:
-            raise ValueError(
-                f"Under the {backend!r} backend, export_generator_tflite "
-                "converts a saved copy of the model under TensorFlow, but "
-                f"the model could not be saved: {error}. Export under "
-                "KERAS_BACKEND=tensorflow."
-            ) from error
-        output = os.path.join(directory, "model.tflite")
-        error_file = os.path.join(directory, "error.json")
+    """The file with both signatures, converted from a saved copy of
+    `model` by `_main` in a TensorFlow subprocess."""
+
+    def arguments(directory, model_path, output, error_file):
         command = [
-            sys.executable,
             "-c",
             _CHILD,
             model_path,
@@ -419,27 +408,14 @@ def _convert_in_subprocess(model, quantization, self_cache, spectra):
         ]
         if quantization is not None:
             command += ["--quantize", quantization]
-        env = dict(os.environ, KERAS_BACKEND="tensorflow")
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        try:
-            done = subprocess.run(
-                command,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=base.SUBPROCESS_TIMEOUT,
-            )
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(
-                f"The TensorFlow export subprocess took more than "
-                f"{base.SUBPROCESS_TIMEOUT} s and was stopped; raise "
-                "cvattn_keras.export.SUBPROCESS_TIMEOUT or export under "
-                "KERAS_BACKEND=tensorflow."
-            ) from None
-        if done.returncode != 0:
-            base._raise_subprocess_error(done, error_file, backend)
-        with open(output, "rb") as f:
-            return f.read()
+        return command
+
+    return convert_saved_copy(
+        model,
+        arguments,
+        "export_generator_tflite",
+        "Export under KERAS_BACKEND=tensorflow.",
+    )
 
 
 def _main(argv):
@@ -477,7 +453,7 @@ def _main(argv):
             max_frames=args.max_frames,
             source_frames=args.source_frames,
         )
-    except base.UnsupportedOpsError as error:
+    except UnsupportedOpsError as error:
         return record(
             {
                 "kind": "unsupported",
@@ -509,8 +485,8 @@ _KEPT_INTERPRETERS = 4
 
 def _runners(path, num_threads):
     """The `encode` and `decode_step` signature runners of `path`."""
-    path = base._check_path(path)
-    base._check_tflite_file(path)
+    path = _check_path(path)
+    _check_tflite_file(path)
     status = os.stat(path)
     key = (os.path.realpath(path), status.st_mtime_ns, status.st_size)
     key += (num_threads,)

@@ -1,0 +1,246 @@
+"""Argument checks shared by the exporters and the LiteRT runners: paths,
+models, positive ints, the static input shapes and the export signature,
+and inputs given as an array, a list or a dict (one array per model input,
+each in its input's dtype)."""
+
+import os
+
+import keras
+import numpy as np
+
+from cvattn_keras.export import _files
+
+
+def _check_path(path):
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(
+            f"`path` must be a file path ending in '.tflite'. "
+            f"Received: path={path!r}"
+        )
+    path = os.fspath(path)
+    if not path.endswith(".tflite"):
+        raise ValueError(
+            f"`path` must end in '.tflite'. Received: path={path!r}"
+        )
+    return path
+
+
+def _check_output(path, overwrite):
+    """Checks the output path before any conversion starts, as
+    `open(path, "wb")` would (`_files.check_output`)."""
+    return _files.check_output(path, overwrite)
+
+
+def _check_model(model):
+    if not isinstance(model, keras.Model):
+        raise ValueError(
+            f"`model` must be a keras.Model. Received: {type(model).__name__}"
+        )
+    try:
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        inputs = None
+    if not inputs:
+        raise ValueError(
+            "`model` must have defined inputs (a functional or a built "
+            "Sequential model with an Input) so that its input signature "
+            f"is known. Received: model {model.name!r} with no inputs."
+        )
+    return inputs
+
+
+def _check_num_samples(value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(
+            "`num_calibration_samples` must be a positive int. Received: "
+            f"num_calibration_samples={value!r}"
+        )
+    if value < 1:
+        raise ValueError(
+            "`num_calibration_samples` must be a positive int: int8 "
+            "calibration needs at least one sample. Received: "
+            f"num_calibration_samples={value}"
+        )
+    return int(value)
+
+
+def _check_positive(value, name):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(
+            f"`{name}` must be a positive int or None. Received: "
+            f"{name}={value!r}"
+        )
+    if value < 1:
+        raise ValueError(
+            f"`{name}` must be a positive int or None. Received: {name}={value}"
+        )
+    return int(value)
+
+
+def _static_shapes(model, batch_size, sequence_length):
+    """The input shapes to trace with: axis 0 set to `batch_size`, and
+    axis 1 set to `sequence_length` in every input whose axis 1 is unknown;
+    `None` when neither is given (the model's own shapes, dynamic batch).
+    """
+    batch_size = _check_positive(batch_size, "batch_size")
+    sequence_length = _check_positive(sequence_length, "sequence_length")
+    if batch_size is None and sequence_length is None:
+        return None
+    shapes = [list(tensor.shape) for tensor in model.inputs]
+    names = _input_names(model)
+    if sequence_length is not None:
+        unknown = [s for s in shapes if len(s) > 1 and s[1] is None]
+        if not unknown:
+            fixed = {name: s[1] for name, s in zip(names, shapes) if len(s) > 1}
+            if not fixed or shapes[0][1:2] != [sequence_length]:
+                raise ValueError(
+                    "`sequence_length` fixes axis 1 of the inputs whose "
+                    "axis 1 is unknown, but the model's inputs have fixed "
+                    f"lengths {fixed} (axis 1), so it cannot take another "
+                    "one; pass sequence_length=None (or the first input's "
+                    f"length). Received: sequence_length={sequence_length}"
+                )
+        for shape in unknown:
+            shape[1] = sequence_length
+    if batch_size is not None:
+        for name, shape in zip(names, shapes):
+            shape[0] = batch_size
+            if None in shape[1:]:
+                raise ValueError(
+                    f"With `batch_size`, every input dimension must be "
+                    f"static, but input {name!r} has shape "
+                    f"{tuple(shape)} after fixing the batch"
+                    + (
+                        " and axis 1"
+                        if sequence_length is not None
+                        else "; pass `sequence_length` for axis 1"
+                    )
+                    + f". Received: batch_size={batch_size}, "
+                    f"sequence_length={sequence_length}"
+                )
+    return [tuple(shape) for shape in shapes]
+
+
+def _input_signature(model, shapes):
+    """Keras' export input signature of `model` with the given shapes (in
+    `model.inputs` order; `None`: the model's own), its inputs named by
+    `_input_names`."""
+    from keras.src.export.export_utils import get_input_signature
+
+    signature = get_input_signature(model)
+    specs = keras.tree.flatten(signature)
+    if shapes is None and len(specs) != len(model.inputs):
+        return None  # Keras' own signature, named its way
+    if shapes is not None and len(specs) != len(shapes):
+        raise ValueError(
+            f"`batch_size` / `sequence_length` need a model whose export "
+            f"signature matches its {len(shapes)} inputs; model "
+            f"{model.name!r} has {len(specs)}."
+        )
+    if shapes is None:
+        shapes = [spec.shape for spec in specs]
+    fixed = [
+        keras.InputSpec(dtype=spec.dtype, shape=shape, name=name)
+        for spec, shape, name in zip(specs, shapes, _input_names(model))
+    ]
+    return keras.tree.pack_sequence_as(signature, fixed)
+
+
+def _input_names(model):
+    """The names of the file's inputs: the model's input layers' names,
+    which `.keras` files keep (an unnamed `keras.Input`'s tensor name is
+    not: a reloaded model, as the conversion subprocess uses, renames
+    it)."""
+    names = []
+    for tensor in model.inputs:
+        history = getattr(tensor, "_keras_history", None)
+        layer = getattr(history, "operation", None)
+        names.append(getattr(layer, "name", None) or tensor.name)
+    return names
+
+
+def _input_dtypes(model):
+    return [keras.backend.standardize_dtype(t.dtype) for t in model.inputs]
+
+
+def _cast(array, dtype, what):
+    """`array` as `dtype`: any float array to a float dtype; to a bool or
+    integer dtype only when no value changes (never a silent truncation).
+    """
+    try:
+        target = np.dtype(dtype)
+    except TypeError:  # e.g. bfloat16 without ml_dtypes: feed float32
+        target = np.dtype("float32")
+    if array.dtype == target:
+        return array
+    if np.issubdtype(target, np.floating):
+        return array.astype(target)
+    cast = array.astype(target)
+    if array.dtype.kind not in "biuf" or not np.array_equal(cast, array):
+        raise ValueError(
+            f"{what} must hold {target} values (the input's dtype). "
+            f"Received an array of dtype {array.dtype} whose values do not "
+            f"convert to {target} exactly."
+        )
+    return cast
+
+
+def _per_input(names, data, lacking):
+    """`data` as a list with an entry per input: a dict's values in the
+    order of `names` (a dict without some of them is a `ValueError` that
+    starts with `lacking`), a list or a tuple as a list, anything else as
+    its only entry."""
+    if isinstance(data, dict):
+        missing = sorted(set(names) - set(data))
+        if missing:
+            raise ValueError(
+                f"{lacking} input(s) {missing}; the model's inputs are {names}."
+            )
+        return [data[name] for name in names]
+    if isinstance(data, (list, tuple)):
+        return list(data)
+    return [data]
+
+
+def _as_input_list(model, data, argument):
+    """One array per model input, each in that input's dtype, from an
+    array, a list/tuple or a dict keyed by input name."""
+    names = _input_names(model)
+    arrays = _per_input(names, data, f"`{argument}` is missing")
+    if len(arrays) != len(names):
+        raise ValueError(
+            f"`{argument}` must hold one array per model input "
+            f"({len(names)}: {names}). Received {len(arrays)}."
+        )
+    arrays = [
+        _cast(
+            np.asarray(keras.ops.convert_to_numpy(array)),
+            dtype,
+            f"`{argument}` for input {name!r}",
+        )
+        for array, dtype, name in zip(arrays, _input_dtypes(model), names)
+    ]
+    for name, array, tensor in zip(names, arrays, model.inputs):
+        expected = tuple(tensor.shape)
+        if array.ndim != len(expected) or any(
+            want is not None and got != want
+            for got, want in zip(array.shape[1:], expected[1:])
+        ):
+            raise ValueError(
+                f"`{argument}` for input {name!r} must have shape "
+                f"{expected} (None: any size). Received: {array.shape}"
+            )
+    sizes = {array.shape[0] for array in arrays}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"The arrays of `{argument}` must share their first (batch) "
+            f"axis. Received shapes {[a.shape for a in arrays]}."
+        )
+    if sizes == {0}:
+        raise ValueError(
+            f"`{argument}` must hold at least one sample on its first "
+            f"(batch) axis. Received shapes {[a.shape for a in arrays]}."
+        )
+    return arrays

@@ -1,0 +1,167 @@
+"""The TensorFlow subprocess: conversion under a backend other than
+TensorFlow (and, for the full-integer modes, under every backend).
+
+`run_python` runs this interpreter with `KERAS_BACKEND=tensorflow` and its
+output captured; the benchmarks run their TensorFlow children with it too.
+`convert_saved_copy` is the exporters' protocol on top of it: the model is
+saved to a temporary `.keras` file, a child entry (`python -m
+cvattn_keras.export` for `export_tflite`, `generator._main` for
+`export_generator_tflite`) converts it to a `.tflite` file and, where it
+fails, writes a JSON record of the failure to an error file, which
+`_raise_subprocess_error` turns back into the exception the child met.
+"""
+
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import keras
+
+from cvattn_keras.export._errors import FloatFallbackError
+from cvattn_keras.export._errors import UnsupportedOpsError
+
+# Seconds that an export through the TensorFlow subprocess (under a
+# backend other than TensorFlow) may take before it is stopped. Read
+# from the package (`cvattn_keras.export.SUBPROCESS_TIMEOUT`, where users
+# raise it) at each export.
+SUBPROCESS_TIMEOUT = 900
+
+# Set in the environment of the export subprocess, which then converts
+# in its own process (the full-integer modes included).
+_CHILD_ENV = "CVATTN_KERAS_EXPORT_SUBPROCESS"
+
+
+def run_python(arguments, timeout, env=None):
+    """Runs this Python interpreter on `arguments` (`["-m", MODULE, ...]`,
+    `["-c", CODE, ...]` or a script and its arguments) under
+    `KERAS_BACKEND=tensorflow`, with the variables of `env` added
+    (`TF_CPP_MIN_LOG_LEVEL` is 2 unless set there or already); returns
+    the `subprocess.CompletedProcess`, its stdout and stderr as text.
+
+    Raises:
+        subprocess.TimeoutExpired: the child ran for more than `timeout`
+            seconds (it is then stopped).
+    """
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", **(env or {}))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return subprocess.run(
+        [sys.executable, *arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def convert_saved_copy(
+    model,
+    arguments,
+    who,
+    advice,
+    scope="",
+    install_note="",
+    env=None,
+    quantization=None,
+):
+    """The `.tflite` flatbuffer that a TensorFlow subprocess converts from
+    a copy of `model` saved to a temporary directory.
+
+    Args:
+        model: the Keras model.
+        arguments: a function of `(directory, model_path, output,
+            error_file)` that returns the child's `run_python` arguments
+            (it may write more inputs into `directory`); the child reads
+            `model_path`, writes `output`, and on failure a JSON record in
+            `error_file` (see `_raise_subprocess_error`).
+        who: the exporter's name in the messages (`"export_tflite"`).
+        advice: the sentence that ends the message of a model that cannot
+            be saved.
+        scope: added after the backend's name in that message, e.g.
+            `" (and for full-integer modes)"`.
+        install_note: added to the message of a missing TensorFlow.
+        env: environment variables for the child (`run_python`).
+        quantization: the mode asked for, named where the child crashes.
+    """
+    backend = keras.backend.backend()
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ValueError(
+            f"TFLite export needs TensorFlow, which is not installed; the "
+            f"Keras backend is {backend!r}. Install it (`pip install "
+            f"tensorflow`) and export again{install_note}."
+        )
+    with tempfile.TemporaryDirectory() as directory:
+        model_path = os.path.join(directory, "model.keras")
+        try:
+            model.save(model_path)
+        except Exception as error:
+            raise ValueError(
+                f"Under the {backend!r} backend{scope}, {who} "
+                "converts a saved copy of the model under TensorFlow, but "
+                f"the model could not be saved: {error}. {advice}"
+            ) from error
+        output = os.path.join(directory, "model.tflite")
+        error_file = os.path.join(directory, "error.json")
+        command = arguments(directory, model_path, output, error_file)
+        timeout = importlib.import_module(__package__).SUBPROCESS_TIMEOUT
+        try:
+            done = run_python(command, timeout, env)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"The TensorFlow export subprocess took more than "
+                f"{timeout} s and was stopped; raise "
+                "cvattn_keras.export.SUBPROCESS_TIMEOUT or export under "
+                "KERAS_BACKEND=tensorflow."
+            ) from None
+        if done.returncode != 0:
+            _raise_subprocess_error(done, error_file, backend, quantization)
+        with open(output, "rb") as f:
+            return f.read()
+
+
+def _raise_subprocess_error(done, error_file, backend, quantization=None):
+    if os.path.exists(error_file):
+        with open(error_file) as f:
+            failure = json.load(f)
+        if failure["kind"] == "unsupported":
+            raise UnsupportedOpsError(
+                failure["ops"], failure["layers"], failure["details"]
+            )
+        if failure["kind"] == "float_fallback":
+            raise FloatFallbackError(
+                failure["ops"],
+                failure["layers"],
+                failure["details"],
+                failure["quantization"],
+            )
+        if failure["kind"] == "load":
+            raise ValueError(
+                f"Under the {backend!r} backend, export_tflite converts a "
+                "saved copy of the model under TensorFlow, which could not "
+                f"load it: {failure['message']}. Register custom objects "
+                "in an importable module, or export under "
+                "KERAS_BACKEND=tensorflow."
+            )
+        if failure["kind"] == "value":
+            raise ValueError(failure["message"])
+        raise RuntimeError(
+            f"The TensorFlow export subprocess failed: {failure['message']}"
+        )
+    tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+    if done.returncode < 0:
+        raise RuntimeError(
+            f"TensorFlow's converter crashed (signal {-done.returncode}) "
+            f"in the export subprocess"
+            + (f" while quantizing to {quantization!r}" if quantization else "")
+            + ". With a full-integer mode this is TensorFlow 2.21's "
+            "quantizer failing on a tensor it cannot quantize (e.g. "
+            "'scale out of expressed type range': a tensor whose "
+            "calibrated range is empty). Its last output:\n" + tail
+        )
+    raise RuntimeError(
+        f"The TensorFlow export subprocess failed (exit status "
+        f"{done.returncode}):\n{tail}"
+    )
