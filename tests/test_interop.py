@@ -754,6 +754,24 @@ def test_cli_save_errors_are_one_line(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.keras"]
 
 
+def test_cli_save_keeps_the_mode_and_the_link(tmp_path):
+    """The converted file is written as `open()` would write it: an
+    existing file keeps its mode, a symbolic link stays a link to the
+    file it names."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    out = tmp_path / "m.keras"
+    out.write_text("old")
+    out.chmod(0o640)
+    cli.save_model(model, "m.keras", str(out))
+    assert (out.stat().st_mode & 0o777) == 0o640
+    assert keras.saving.load_model(out).count_params() == 3
+    link = tmp_path / "link.keras"
+    link.symlink_to(out.name)
+    cli.save_model(model, "link.keras", os.path.realpath(link))
+    assert link.is_symlink() and os.readlink(link) == out.name
+    assert (out.stat().st_mode & 0o777) == 0o640
+
+
 def test_cli_not_a_state_dict(tmp_path, capsys):
     torch = pytest.importorskip("torch")
     path = tmp_path / "list.pt"

@@ -54,6 +54,7 @@ from cvattn_keras import _validation as check  # noqa: E402
 from cvattn_keras import attention  # noqa: E402
 from cvattn_keras import interop  # noqa: E402
 from cvattn_keras import models  # noqa: E402
+from cvattn_keras.export._files import replace_with  # noqa: E402
 
 # Keys under which training scripts often wrap a state dict.
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")
@@ -205,13 +206,15 @@ def check_output(path, overwrite):
 
 def save_model(model, path, target):
     """Saves `model` to `target` (what `path` names) through a temporary
-    file beside it, renamed over `target` when complete. Raises
+    file beside it, renamed over `target` when complete (an existing
+    file's mode kept, as `cvattn_keras.export` writes). Raises
     `CommandError` for a file-system error."""
     folder, name = os.path.split(target)
     partial = os.path.join(folder, f".{name}.{uuid.uuid4().hex[:8]}.keras")
     try:
         model.save(partial)
-        os.replace(partial, target)
+        # As open() would: an existing file's mode and group kept.
+        replace_with(partial, target)
     except OSError as error:
         raise CommandError(
             f"cannot write {path}: {_os_reason(error)}"
