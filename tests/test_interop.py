@@ -24,6 +24,7 @@ from cvattn_keras import interop  # noqa: E402
 from cvattn_keras import layers as cl  # noqa: E402
 from cvattn_keras import models  # noqa: E402
 from cvattn_keras.interop import __main__ as cli  # noqa: E402
+from cvattn_keras.interop import _bias  # noqa: E402
 
 # float32 layers against complex128 formulas: a few float32 roundings per
 # operation through at most ~15 chained operations (a whole small model),
@@ -429,8 +430,8 @@ def test_reference_to_library_to_reference(rng):
             other = key.replace("_real.bias", "_img.bias").replace(
                 "Conv_img", "Conv_imag"
             )
-            want = interop._loads_to(sd[key], sd[other], np.float32)
-            got = interop._loads_to(out[key], out[other], np.float32)
+            want = _bias._loads_to(sd[key], sd[other], np.float32)
+            got = _bias._loads_to(out[key], out[other], np.float32)
             assert all(np.array_equal(g, w) for g, w in zip(got, want))
         elif not key.endswith(("_img.bias", "Conv_imag.bias")):
             assert np.array_equal(out[key], sd[key]), key
@@ -441,7 +442,7 @@ def test_bias_pair_search_rates(rng):
     # an exact pair, found; arbitrary float32 biases about half the time.
     n = 20000
     b = rng.standard_normal((2, n)) * 10.0 ** rng.uniform(-20, 20, (2, n))
-    images = interop._loads_to(
+    images = _bias._loads_to(
         b[0].astype(np.float32), b[1].astype(np.float32), np.float32
     )
     *_, exact = interop.bias_to_pair(*images)
@@ -449,7 +450,7 @@ def test_bias_pair_search_rates(rng):
     x, y = rng.standard_normal((2, n)).astype(np.float32)
     b_r, b_i, exact = interop.bias_to_pair(x, y)
     assert 0.45 < exact.mean() < 0.56  # measured 0.509 over 200,000
-    got = interop._loads_to(b_r, b_i, np.float32)
+    got = _bias._loads_to(b_r, b_i, np.float32)
     assert np.array_equal(got[0][exact], x[exact])
     assert np.array_equal(got[1][exact], y[exact])
     # Elsewhere within one unit in the last place of the larger part.

@@ -3,6 +3,7 @@
 from cvattn_keras.layers.activations import ComplexActivation
 from cvattn_keras.layers.activations import ModReLU
 from cvattn_keras.layers.attention import ComplexMultiHeadAttention
+from cvattn_keras.layers.batch_normalization import ComplexBatchNormalization
 from cvattn_keras.layers.conversion import ComplexFromReal
 from cvattn_keras.layers.conversion import ComplexModulus
 from cvattn_keras.layers.conversion import RealReadout
@@ -12,7 +13,6 @@ from cvattn_keras.layers.dropout import ComplexDropout
 from cvattn_keras.layers.embeddings import ComplexRotaryEmbedding
 from cvattn_keras.layers.embeddings import SinusoidalPositionalEncoding
 from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
-from cvattn_keras.layers.normalization import ComplexBatchNormalization
 from cvattn_keras.layers.normalization import ComplexLayerNormalization
 from cvattn_keras.layers.normalization import ComplexRMSNormalization
 from cvattn_keras.layers.transformer import ComplexTransformerDecoder
