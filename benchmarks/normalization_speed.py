@@ -15,7 +15,12 @@ timed).
 `cvattn_keras/layers/normalization.py` (for example an older revision:
 `git show REV:cvattn_keras/layers/normalization.py > /tmp/old.py`), timed
 in the same rounds, for a before/after comparison; `/ baseline` is the
-ratio to the first one.
+ratio to the first one. That file held every norm and its mathematics up
+to 0.2's split into `_whitening.py`, `normalization.py` and
+`batch_normalization.py`; a copy of a later `normalization.py` imports
+those from the installed package (and re-exports its batch norm), so for
+revisions after the split run this benchmark in each checkout and compare
+the JSON files.
 
 All candidates of one group (norm, pass) are timed round-robin in the same
 run, so machine noise hits them alike; each time is the median over
