@@ -771,6 +771,15 @@ def test_cli_save_keeps_the_mode_and_the_link(tmp_path):
     cli.save_model(model, "link.keras", os.path.realpath(link))
     assert link.is_symlink() and os.readlink(link) == out.name
     assert (out.stat().st_mode & 0o777) == 0o640
+    # Without --overwrite, a file that appeared after the checks is kept.
+    out.write_text("appeared")
+    with pytest.raises(cli.CommandError, match="cannot write m.keras: "):
+        cli.save_model(model, "m.keras", str(out), overwrite=False)
+    assert out.read_text() == "appeared"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "link.keras",
+        "m.keras",
+    ]
 
 
 def test_cli_not_a_state_dict(tmp_path, capsys):

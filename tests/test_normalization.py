@@ -125,17 +125,25 @@ def test_epsilon_zero_constant_tokens_give_the_bias(rng, kwargs):
         assert np.all(np.isfinite(value))
 
 
-def test_epsilon_zero_in_plain_statistics_is_finite():
-    """The integer files' statistics (no rescaling) use 1e-12 for 0."""
+def test_epsilon_zero_in_plain_statistics_is_the_default_epsilon(rng):
+    """The integer files' statistics (no rescaling) use the default 1e-5
+    for 0: constant tokens give the bias (0 here), and a varied token
+    beside them is what the layer with epsilon 1e-5 gives."""
     from cvattn_keras import _tracing
 
     x = np.zeros((2, 3, 8), "float32")
     x[0, 1] = 1.5
+    x[1, 2] = rng.normal(size=8)
     for method in ("whitening", "naive"):
-        layer = ComplexLayerNormalization(epsilon=0, method=method)
+        zero = ComplexLayerNormalization(epsilon=0, method=method)
+        default = ComplexLayerNormalization(epsilon=1e-5, method=method)
         with _tracing.for_export(plain_statistics=True):
-            y = to_numpy(layer(x))
-        np.testing.assert_array_equal(y, 0.0)
+            y = to_numpy(zero(x))
+            want = to_numpy(default(x))
+        np.testing.assert_array_equal(y[0], 0.0)
+        np.testing.assert_array_equal(y[1, :2], 0.0)
+        assert np.abs(y[1, 2]).max() > 0.5
+        np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-7)
 
 
 def test_naive_method_matches_numpy(rng):

@@ -481,10 +481,12 @@ def _run(args, argv):
         print(f"error: {_one_line(error)}", file=sys.stderr)
         return 1
     except OSError as error:
-        # Writing OUTPUT failed (a file error, after the checks above:
-        # the disk full, a directory removed meanwhile).
+        # A file error after the checks above: writing OUTPUT (the disk
+        # full, a directory removed meanwhile) or the converter's own
+        # temporary files.
         raise _CommandError(
-            f"cannot write OUTPUT {args.output!r}: {_one_line(error)}"
+            f"a file-system error while exporting to OUTPUT "
+            f"{args.output!r} (it was not written): {_one_line(error)}"
         ) from None
     except ValueError as error:
         _record(args, {"kind": "value", "message": str(error)})

@@ -204,20 +204,26 @@ def check_output(path, overwrite):
     return target
 
 
-def save_model(model, path, target):
+def save_model(model, path, target, overwrite=True):
     """Saves `model` to `target` (what `path` names) through a temporary
     file beside it, renamed over `target` when complete (an existing
-    file's mode kept, as `cvattn_keras.export` writes). Raises
-    `CommandError` for a file-system error."""
+    file's mode kept, as `cvattn_keras.export` writes; without
+    `overwrite`, a file that appeared meanwhile is kept). Raises
+    `CommandError` for any error of the save."""
     folder, name = os.path.split(target)
     partial = os.path.join(folder, f".{name}.{uuid.uuid4().hex[:8]}.keras")
     try:
         model.save(partial)
         # As open() would: an existing file's mode and group kept.
-        replace_with(partial, target)
+        replace_with(partial, target, overwrite=overwrite)
     except OSError as error:
         raise CommandError(
             f"cannot write {path}: {_os_reason(error)}"
+        ) from None
+    except Exception as error:  # Keras' own errors: one line, no traceback
+        first = str(error).strip().splitlines()[0] if str(error) else ""
+        raise CommandError(
+            f"cannot write {path}: {type(error).__name__}: {first}"
         ) from None
     finally:
         if os.path.lexists(partial):  # a failed save's remains
@@ -438,7 +444,7 @@ def convert(args):
         result = interop.load_reference_state_dict(model, state_dict)
     except ValueError as error:
         raise CommandError(str(error)) from None
-    save_model(model, args.output, target)
+    save_model(model, args.output, target, overwrite=args.overwrite)
     described = ", ".join(
         f"{name}={value}"
         for name, value in sizes.items()

@@ -22,8 +22,10 @@ so no eigendecomposition is needed and every operation is elementwise.
 Numerics. Statistics are computed in float32 (float64 under a float64
 policy), also under mixed precision. The data are rescaled by powers of two
 before any square, so every norm here is scale-invariant over the whole
-float range (inputs from about 1e-30 to 1e30 and beyond give the same
-outputs and finite gradients; an all-zero input gives finite outputs). The
+float range where the token's spread is well above epsilon (or, with
+`epsilon=0`, above about 1e-19, the floor's absolute part): inputs from
+about 1e-15 to 1e30 and beyond give the same outputs, and every input
+finite outputs and finite gradients (an all-zero one too). The
 whitening determinant is computed as `v_pp * var(q - beta p)` (a product
 of positive numbers, see `_whitening_statistics`) rather than `v_rr v_ii -
 v_ri^2`, which cancels for improper features (Im close to c Re): the
@@ -149,8 +151,12 @@ def _zero_epsilon_exponent(k0, dtype):
 
 
 # The plain statistics of integer files (no rescaling, so no relative
-# floor) use this in place of epsilon = 0.
-_PLAIN_ZERO_EPSILON = 1e-12
+# floor) use the layers' default epsilon in place of 0: an integer file's
+# error (1e-2) dwarfs the difference, while a tiny epsilon would stretch
+# the calibrated range of `rsqrt(variance + epsilon)` at silent or padded
+# tokens (to about 7e5 at 1e-12, against 224 at 1e-5), costing every other
+# token its resolution.
+_PLAIN_ZERO_EPSILON = 1e-5
 
 
 def _exponent(largest, dtype):

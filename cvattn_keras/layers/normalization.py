@@ -89,8 +89,9 @@ class ComplexLayerNormalization(keras.layers.Layer):
     subtracted before the mean) gives exactly the bias, and finite
     gradients, but large ones near constant tokens (about
     `1 / sqrt(floor)`, up to 2^63 at an all-zero token): keep an epsilon
-    to train. The plain statistics of integer TFLite files use 1e-12 in
-    place of 0.
+    to train. The plain statistics of integer TFLite files use the
+    default 1e-5 in place of 0 (a smaller one would stretch the
+    calibrated range at silent tokens; the file's error dwarfs it).
 
     `method="naive"` instead normalizes the real and imaginary parts
     independently (a real LayerNorm on each, with learnable `gamma_real`,
