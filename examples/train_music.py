@@ -164,6 +164,14 @@ def attention_map(model, x):
 
 
 def save_figure(path, history, weights, truth, prediction, title):
+    from matplotlib import pyplot as plt
+
+    figure = draw_figure(history, weights, truth, prediction, title)
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+def draw_figure(history, weights, truth, prediction, title):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,14 +199,13 @@ def save_figure(path, history, weights, truth, prediction, title):
     roll = np.stack([truth.T, prediction.T, np.zeros_like(truth.T)], -1)
     axes[3].imshow(roll, aspect="auto", origin="lower")
     axes[3].set(
-        title="notes: truth (red), predicted (green), both (yellow)",
+        title="notes: truth (red), predicted (green),\nboth (yellow)",
         xlabel="frame",
         ylabel="note",
     )
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=80)
-    plt.close(figure)
+    return figure
 
 
 def tflite_modes(model, args, x, x_test, y_test, keras_ap):
@@ -228,7 +235,8 @@ def tflite_modes(model, args, x, x_test, y_test, keras_ap):
                 size_kib=report.size_bytes / 1024,
                 weights_kib=report.weight_bytes / 1024,
                 ap=ap,
-                change=100 * (ap - keras_ap),
+                # + 0.0: a change that rounds to zero prints +0.00, not -0.00.
+                change=round(100 * (ap - keras_ap), 2) + 0.0,
                 latency_ms=report.median_latency_ms,
             )
         )

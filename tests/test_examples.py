@@ -39,6 +39,37 @@ def test_train_music(tmp_path):
         assert 0 <= float(row.split("|")[4]) <= 1, row
 
 
+def test_train_music_figure_keeps_every_title_inside(rng):
+    """Each panel's title (and the figure's) lies inside the canvas."""
+    module = runpy.run_path(os.path.join(EXAMPLES, "train_music.py"))
+    history = {
+        key: list(rng.random(3))
+        for key in (
+            "loss",
+            "val_loss",
+            "micro_average_precision",
+            "val_micro_average_precision",
+        )
+    }
+    truth = rng.random((64, 128)) > 0.9
+    figure = module["draw_figure"](
+        history, rng.random((64, 64)), truth, truth, "CAtt, held-out AP 0.5"
+    )
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    canvas = figure.bbox
+    texts = [axes.title for axes in figure.axes if axes.get_title()]
+    texts.append(figure._suptitle)
+    assert len(texts) == 5
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        assert canvas.x0 <= box.x0 and box.x1 <= canvas.x1, text.get_text()
+        assert canvas.y0 <= box.y0 and box.y1 <= canvas.y1, text.get_text()
+    from matplotlib import pyplot as plt
+
+    plt.close(figure)
+
+
 def test_train_music_on_musicnet_files(tmp_path, rng):
     """--data reads the MusicNet layout (here a tiny file)."""
     import numpy as np

@@ -6,6 +6,7 @@ delegate's rules; these tests convert small models (a second or ten each)
 and, marked slow, the two paper-size models (14 M and 27 M parameters).
 """
 
+import dataclasses
 import os
 
 import keras
@@ -293,3 +294,12 @@ def test_report_prints_the_gpu_field():
     assert "GPU delegate     not compatible: 1 of 3 ops" in text
     assert "1 x SHAPE: not supported, e.g. m/d/S" in text
     assert np.isfinite(report.max_abs_error)
+    # A file with a dynamic input dimension was not meant for the GPU
+    # delegate: its verdict is one line.
+    dynamic = dataclasses.replace(
+        report, inputs=(cvk.export.TensorInfo("x", "float32", (-1, 4)),)
+    )
+    text = str(dynamic)
+    assert "GPU delegate     not compatible: 1 of 3 ops fall back" in text
+    assert "dynamic-shape file" in text and "SHAPE" not in text
+    assert len(text.splitlines()) == len(str(report).splitlines()) - 1

@@ -154,10 +154,26 @@ class TFLiteReport:
             f"(batch {self.batch_size})",
         ]
         if self.gpu is not None:
-            lines.append(f"GPU delegate     {self.gpu}")
+            lines.append(f"GPU delegate     {_gpu_text(self)}")
         if self.warning is not None:
             lines.append(f"WARNING          {self.warning}")
         return "\n".join(lines)
+
+
+def _gpu_text(report):
+    """The GPU delegate's verdict: in full for a file of static input
+    shapes (one meant for the delegate); in one line for a file with a
+    dynamic input dimension, whose shape arithmetic always falls back
+    (`report.gpu` still lists every fallback)."""
+    gpu = report.gpu
+    dynamic = any(-1 in tuple(info.shape) for info in report.inputs)
+    if gpu.compatible or not dynamic:
+        return str(gpu)
+    return (
+        f"not compatible: {len(gpu.fallbacks)} of {gpu.num_ops} ops fall "
+        "back to the CPU (a dynamic-shape file: export with batch_size= "
+        "for the delegate; print(report.gpu) lists them)"
+    )
 
 
 def _expected_text(report):
