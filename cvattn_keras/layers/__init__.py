@@ -15,6 +15,8 @@ from cvattn_keras.layers.embeddings import SinusoidalPositionalEncoding
 from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
 from cvattn_keras.layers.normalization import ComplexLayerNormalization
 from cvattn_keras.layers.normalization import ComplexRMSNormalization
+from cvattn_keras.layers.stft import ComplexISTFT
+from cvattn_keras.layers.stft import ComplexSTFT
 from cvattn_keras.layers.transformer import ComplexTransformerDecoder
 from cvattn_keras.layers.transformer import ComplexTransformerEncoder
 
@@ -26,11 +28,13 @@ __all__ = [
     "ComplexDropout",
     "ComplexFrequencyFrontEnd",
     "ComplexFromReal",
+    "ComplexISTFT",
     "ComplexLayerNormalization",
     "ComplexModulus",
     "ComplexMultiHeadAttention",
     "ComplexRMSNormalization",
     "ComplexRotaryEmbedding",
+    "ComplexSTFT",
     "ComplexTransformerDecoder",
     "ComplexTransformerEncoder",
     "ModReLU",

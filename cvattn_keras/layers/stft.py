@@ -1,0 +1,494 @@
+"""ComplexSTFT and ComplexISTFT: the waveform in and out of the model."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from cvattn_keras import _tracing
+from cvattn_keras import _validation as check
+from cvattn_keras import stft as sf
+
+
+def _constant(value):
+    """An initializer that returns `value` (the DFT kernels)."""
+
+    def initializer(shape, dtype=None):
+        return ops.cast(value, dtype)
+
+    return initializer
+
+
+def _window_config(window):
+    return window if isinstance(window, str) else np.asarray(window).tolist()
+
+
+class _STFTBase(keras.layers.Layer):
+    """The arguments, their checks, the kernels and the config shared by
+    the transform and its inverse."""
+
+    _kernel_fn = None  # stft.dft_kernels or stft.inverse_dft_kernels
+
+    def __init__(
+        self,
+        frame_length,
+        frame_step,
+        fft_length=None,
+        window="hann",
+        center=True,
+        pad_mode="constant",
+        bins=None,
+        normalized=False,
+        trainable=False,
+        implementation="auto",
+        allow_gaps=False,
+        **kwargs,
+    ):
+        allow_gaps = check.boolean(allow_gaps, "allow_gaps")
+        sizes = sf.check_sizes(frame_length, frame_step, fft_length, allow_gaps)
+        self.frame_length, self.frame_step, self.fft_length = sizes
+        self._window = sf.window_array(window, self.frame_length)
+        self.window = window if isinstance(window, str) else self._window
+        self.center = check.boolean(center, "center")
+        if pad_mode not in sf.PAD_MODES:
+            raise ValueError(
+                f"`pad_mode` must be one of {sf.PAD_MODES}. Received: "
+                f"pad_mode={pad_mode!r}"
+            )
+        self.pad_mode = pad_mode
+        self.bins = sf.resolve_bins(bins, self.fft_length)
+        self.normalized = check.boolean(normalized, "normalized")
+        if implementation not in sf.IMPLEMENTATIONS:
+            raise ValueError(
+                f"`implementation` must be one of {sf.IMPLEMENTATIONS}. "
+                f"Received: implementation={implementation!r}"
+            )
+        trainable = check.boolean(trainable, "trainable")
+        if trainable and implementation == "fft":
+            raise ValueError(
+                "The FFT route has no kernels to learn: use "
+                "implementation='conv' or 'auto' with trainable=True. "
+                f"Received: implementation={implementation!r}"
+            )
+        # A layer that learns its kernels keeps the convolution for good
+        # (saved so in its config), frozen later or not.
+        self.implementation = "conv" if trainable else implementation
+        self.allow_gaps = allow_gaps
+        # autocast=False: under mixed precision the waveform stays float32
+        # (Keras would round it to float16 before `call`); see the class
+        # docstrings.
+        super().__init__(trainable=trainable, autocast=False, **kwargs)
+
+    @property
+    def num_bins(self):
+        """`F`, the number of complex bins kept."""
+        return self.bins[1] - self.bins[0]
+
+    def _add_kernels(self):
+        kernels = type(self)._kernel_fn(
+            self._window, self.fft_length, self.bins, self.normalized
+        )
+        for name, value in zip(("kernel_real", "kernel_imag"), kernels):
+            setattr(
+                self,
+                name,
+                self.add_weight(
+                    name=name,
+                    shape=value.shape,
+                    initializer=_constant(value),
+                    dtype="float32",  # whatever the policy: see call
+                    trainable=True,  # frozen with the layer (trainable=False)
+                ),
+            )
+
+    @property
+    def trainable(self):
+        return keras.layers.Layer.trainable.fget(self)
+
+    @trainable.setter
+    def trainable(self, value):
+        # Trainable once, the convolution for good: the kernels may have
+        # moved from the DFT's, which the FFT route would ignore.
+        if value:
+            self.implementation = "conv"
+        keras.layers.Layer.trainable.fset(self, value)
+
+    def _use_fft(self):
+        """The route: the convolution when trainable, or traced for
+        export."""
+        if self.implementation == "conv" or _tracing.exporting():
+            return False
+        if self.implementation == "fft":
+            return True
+        return self.fft_length >= sf.AUTO_FFT_MIN_LENGTH
+
+    def _float32_kernels(self):
+        return (
+            ops.cast(self.kernel_real, "float32"),
+            ops.cast(self.kernel_imag, "float32"),
+        )
+
+    def _names(self):
+        return (
+            f"window={_window_config(self.window)!r:.60}, frame_length="
+            f"{self.frame_length}, frame_step={self.frame_step}, "
+            f"fft_length={self.fft_length}"
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "frame_length": self.frame_length,
+                "frame_step": self.frame_step,
+                "fft_length": self.fft_length,
+                "window": _window_config(self.window),
+                "center": self.center,
+                "pad_mode": self.pad_mode,
+                "bins": list(self.bins),
+                "normalized": self.normalized,
+                "implementation": self.implementation,
+                "allow_gaps": self.allow_gaps,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class ComplexSTFT(_STFTBase):
+    """The short-time Fourier transform of a waveform, stacked.
+
+    `X[t, k] = sum_n x_pad[t * frame_step + n] w_N[n] exp(-2 pi i k n / N)`
+    in numpy's and librosa's convention: `N = fft_length`, the window `w`
+    of `frame_length` samples centred in the `N`-sample frame (`w_N`),
+    `x_pad` the waveform padded by `N // 2` samples on each side when
+    centred. With `center=True, pad_mode="reflect"` this is
+    `keras.ops.stft(x, frame_length, frame_step, fft_length)`; with
+    `center=False` it is `tf.signal.stft` when `fft_length ==
+    frame_length`.
+
+    Two implementations, the same numbers (within float32 rounding):
+
+    - `"conv"`: a real DFT as one strided convolution against the kernels
+      `kernel_real = w[n] cos(2 pi k n / N)`, `kernel_imag = -w[n] sin(2 pi
+      k n / N)` `(frame_length, F)`: a builtin CONV_2D in a TFLite file,
+      quantizable and delegate-friendly. `frame_length * 2F` weights (4.2
+      M at 2048 points with every bin: keep only the `bins` needed).
+    - `"fft"`: `keras.ops.stft` (framing, then `rfft` of each windowed
+      frame) on the padded waveform.
+    - `"auto"` (default): the convolution below `fft_length=256`
+      (`stft.AUTO_FFT_MIN_LENGTH`), the FFT from there. Measured forward,
+      compiled (XLA on TensorFlow, `jax.jit`), on a 2-core CPU, batch 8,
+      32000 samples, hop `N / 4`, every bin (conv / fft, ms; `benchmarks/
+      stft_crossover.py`): TensorFlow 64: 2.7 / 3.0, 128: 2.8 / 3.2, 256:
+      3.3 / 3.0, 512: 5.1 / 3.0, 1024: 9.9 / 3.6, 2048: 21 / 4.2; JAX
+      64: 2.9 / 3.8, 128: 1.8 / 2.1, 256: 2.5 / 2.1, 512: 4.1 / 2.2,
+      1024: 8.3 / 2.5, 2048: 20 / 3.1 (the convolution's cost grows with
+      the bins kept, the FFT's does not). The convolution always when the
+      layer is trainable (the FFT route has no kernels to learn) and
+      whenever the layer is traced for a TFLite
+      file (`cvattn_keras.export`, every mode: the builtin RFFT2D is
+      float-only, power-of-two only and has no GPU-delegate kernel).
+
+    Precision: the transform always runs in float32, with float32 kernels,
+    whatever the dtype policy (a 2048-point sum in float16 keeps about 3
+    significant digits of the largest bin: bins 60 dB down are lost). The
+    waveform is not autocast (`autocast=False`); the result is cast to the
+    compute dtype.
+
+    Args:
+        frame_length: positive int, the window's length in samples.
+        frame_step: positive int, the hop between frames. At most
+            `frame_length` unless `allow_gaps=True`.
+        fft_length: positive int >= `frame_length`, the DFT's length `N`
+            (`None`: `frame_length`). Any length for the convolution.
+        window: `"hann"` (periodic, default), `"hamming"` (periodic),
+            `"rectangular"`, or an array of `frame_length` numbers
+            (saved in the config as a list).
+        center: whether frame `t` is centred on sample `t * frame_step`
+            (the waveform padded by `N // 2` on each side). Defaults to
+            `True`.
+        pad_mode: `"constant"` (zeros, default, librosa's) or `"reflect"`
+            (`keras.ops.stft`'s), for the centring.
+        bins: `(low, high)`, the bins kept (`0 <= low < high <= N // 2 +
+            1`); `None` (default) keeps all `N // 2 + 1`.
+        normalized: if `True`, the DFT is scaled by `1 / sqrt(N)` (as
+            `torch.stft(normalized=True)`). Defaults to `False`.
+        trainable: if `True`, the kernels `kernel_real`, `kernel_imag`
+            are learned (initialised to the DFT's). They are weights either
+            way (in the `.keras` file), frozen while the layer is not
+            trainable. A layer that is or becomes trainable takes the
+            convolution for good (`implementation` becomes `"conv"`, in
+            its config too), since its kernels may move away from the
+            DFT's; `trainable=True` with `implementation="fft"` is a
+            `ValueError`.
+        implementation: `"auto"`, `"conv"` or `"fft"`, as above.
+        allow_gaps: allow `frame_step > frame_length`. Defaults to `False`.
+        **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
+
+    Input shape:
+        `(B, L)` or `(B, L, 1)` float samples (integer samples are refused:
+        scale them to floats, e.g. `x / 32768` for int16 PCM). Without
+        centring `L >= fft_length`; with `pad_mode="reflect"`, `L >
+        fft_length // 2` (checked wherever `L` is known).
+
+    Output shape:
+        `(B, frames, 2F)`, `[Re | Im]` on the last axis, `frames = 1 + (L +
+        2 (N // 2) - N) // frame_step` centred (`1 + L // frame_step` for an
+        even `N`), `1 + (L - N) // frame_step` otherwise.
+
+    Masking: given a mask `(B, L)` of valid samples, the output mask `(B,
+    frames)` marks frame `t` valid when its centre sample (`t *
+    frame_step` centred, `t * frame_step + N // 2` otherwise) is valid.
+
+    Example:
+
+    >>> stft = ComplexSTFT(512, 128, bins=(0, 100))
+    >>> tuple(stft(keras.ops.zeros((2, 16000))).shape)  # 1 + 16000 // 128
+    (2, 126, 200)
+    """
+
+    _kernel_fn = staticmethod(sf.dft_kernels)
+
+    def __init__(self, frame_length, frame_step, **kwargs):
+        super().__init__(frame_length, frame_step, **kwargs)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        self._check_shape(input_shape)
+        self._add_kernels()
+
+    def _check_shape(self, input_shape):
+        input_shape = tuple(input_shape)
+        rank = len(input_shape)
+        if rank not in (2, 3) or (rank == 3 and input_shape[-1] != 1):
+            raise ValueError(
+                "ComplexSTFT takes waveforms (batch, length) or (batch, "
+                f"length, 1). Received: input_shape={input_shape}"
+            )
+        length = input_shape[1]
+        if length is None:
+            return
+        if not self.center and length < self.fft_length:
+            raise ValueError(
+                "Without centring, ComplexSTFT needs waveforms of at least "
+                f"fft_length={self.fft_length} samples (one frame); pad "
+                "them or use center=True. Received: input_shape="
+                f"{input_shape}"
+            )
+        if self.center and self.pad_mode == "reflect":
+            if length <= self.fft_length // 2:
+                raise ValueError(
+                    "pad_mode='reflect' needs waveforms longer than "
+                    f"fft_length // 2 = {self.fft_length // 2} samples; use "
+                    "pad_mode='constant'. Received: input_shape="
+                    f"{input_shape}"
+                )
+
+    def call(self, inputs):
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if "float" not in dtype:
+            raise ValueError(
+                "ComplexSTFT takes float samples; scale integer ones to "
+                "floats first (e.g. x / 32768 for int16 PCM). Received: "
+                f"inputs.dtype={dtype}"
+            )
+        self._check_shape(inputs.shape)
+        x = ops.cast(inputs, "float32")
+        if len(x.shape) == 3:
+            x = x[..., 0]  # (B, L)
+        if self.center:
+            x = sf.pad_waveform(x, self.fft_length, self.pad_mode)
+        if self._use_fft():
+            window = ops.convert_to_tensor(self._window, "float32")
+            outputs = sf.stft_fft(
+                x,
+                window,
+                self.frame_step,
+                self.fft_length,
+                self.bins,
+                self.normalized,
+            )
+        else:
+            outputs = sf.stft_conv(
+                x, *self._float32_kernels(), self.frame_step, self.fft_length
+            )
+        return ops.cast(outputs, self.compute_dtype)  # (B, frames, 2F)
+
+    def compute_mask(self, inputs, mask=None):
+        if mask is None:
+            return None
+        mask = ops.cast(mask, "bool")
+        if len(mask.shape) == 3:
+            mask = mask[..., 0]
+        step = self.frame_step
+        if self.center:
+            # Centres at t * step, t < 1 + (L + 2 (N // 2) - N) // step;
+            # a centre past the end (L % step == 0, even N) is invalid.
+            mask = ops.pad(mask, ((0, 0), (0, step)), constant_values=False)
+            extra = step + self.fft_length - 2 * (self.fft_length // 2) - 1
+            return mask[:, : (-extra if extra else None) : step]
+        # Centres at t * step + N // 2 for t * step + N <= L.
+        half = self.fft_length // 2
+        rest = self.fft_length - half - 1
+        return mask[:, half : (-rest if rest else None) : step]
+
+    def compute_output_shape(self, input_shape):
+        self._check_shape(input_shape)
+        frames = sf.frame_count(
+            input_shape[1], self.frame_step, self.fft_length, self.center
+        )
+        return (input_shape[0], frames, 2 * self.num_bins)
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class ComplexISTFT(_STFTBase):
+    """The inverse of `ComplexSTFT`: stacked frames back to a waveform.
+
+    Each frame's inverse DFT (numpy's `irfft`, the imaginary parts of bins
+    0 and `N / 2` ignored) is multiplied by the window, overlap-added at
+    `frame_step`, and divided by the overlap-added squared window (the
+    least-squares inverse, as `librosa.istft` and `torch.istft`; exact at
+    the edges too, where `tf.signal.inverse_stft_window_fn` assumes full
+    overlap). Two routes, as `ComplexSTFT`'s:
+
+    - `"conv"`: one transposed convolution with the inverse-DFT kernels
+      `kernel_real`, `kernel_imag` `(frame_length, F)` (a builtin
+      TRANSPOSE_CONV in a TFLite file; TFLite has no IRFFT builtin).
+    - `"fft"`: `keras.ops.irfft` of each frame, then an overlap-add by
+      pads and adds (`stft.overlap_add`).
+    - `"auto"` (default): as `ComplexSTFT`, the FFT from `fft_length=256`
+      on, the convolution when trainable or traced for export. Measured
+      as there (conv / fft, ms): TensorFlow 64: 4.4 / 4.0, 128: 4.6 / 5.5,
+      256: 5.6 / 6.2, 512: 58 / 5.4, 1024: 71 / 4.3, 2048: 141 / 4.6; JAX
+      64: 3.7 / 2.9, 128: 3.9 / 3.4, 256: 5.4 / 3.4, 512: 62 / 5.0, 1024:
+      71 / 3.4, 2048: 149 / 3.9 (the transposed convolution slows down
+      tenfold from 512 points).
+
+    Then a division by the overlap-added squared window: with a static
+    number of frames (always in a TFLite file) a product with its
+    reciprocal, a constant, since integer kernels have no usable DIV.
+
+    `ComplexISTFT(ComplexSTFT(x))` is `x` within float32 rounding when the
+    arguments are the same and the window satisfies the NOLA condition
+    (the overlap-added squared window has no zeros: periodic Hann with
+    `frame_step <= frame_length // 2`, Hamming or rectangular windows with
+    `frame_step <= frame_length`, ...); a `ValueError` naming the window
+    and sizes otherwise, at construction. Without centring, the samples
+    that no window reaches (the first `(N - frame_length) // 2`, and the
+    first of a periodic Hann window) come back as 0.
+
+    `bins` short of all `N // 2 + 1` bins: the bins outside count as zero
+    (the inverse of a band-limited spectrum), so the round trip then
+    returns the waveform band-limited, not the waveform. `pad_mode` does
+    not change the inverse (the padding is dropped).
+
+    Precision: as `ComplexSTFT`, the inverse runs in float32 whatever the
+    dtype policy, and the waveform is cast to the compute dtype.
+
+    Args:
+        frame_length, frame_step, fft_length, window, center, pad_mode,
+        bins, normalized, trainable, allow_gaps: as `ComplexSTFT`'s (the
+            same values invert it); `trainable` learns the inverse
+            kernels (the envelope keeps the window).
+        length: the output's length in samples: the waveform is cut, or
+            padded with zeros at the end, to it. `None` (default): `(T - 1)
+            * frame_step` centred with an even `N` (`(T - 1) * frame_step +
+            N - 2 (N // 2)` in general), `(T - 1) * frame_step + N`
+            otherwise, for `T` frames: pass the STFT's input length to get
+            it back exactly (a centred STFT of `L` samples has `1 + L //
+            frame_step` frames).
+        implementation: `"auto"`, `"conv"` or `"fft"`, as above.
+        **kwargs: base `Layer` arguments.
+
+    Input shape:
+        `(B, T, 2F)`, `[Re | Im]` on the last axis.
+
+    Output shape:
+        `(B, L)`.
+
+    Example:
+
+    >>> istft = ComplexISTFT(512, 128, length=16000)
+    >>> tuple(istft(keras.ops.zeros((2, 126, 514))).shape)
+    (2, 16000)
+    """
+
+    _kernel_fn = staticmethod(sf.inverse_dft_kernels)
+
+    def __init__(self, frame_length, frame_step, length=None, **kwargs):
+        super().__init__(frame_length, frame_step, **kwargs)
+        self.length = check.positive_int(length, "length", allow_none=True)
+        sf.check_nola(self._window, self.frame_step, self._names())
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        if len(input_shape) != 3 or input_shape[-1] != 2 * self.num_bins:
+            raise ValueError(
+                "ComplexISTFT takes stacked frames (batch, frames, 2F) with "
+                f"F = {self.num_bins} bins (bins={self.bins}). Received: "
+                f"input_shape={input_shape}"
+            )
+        self._check_edges(input_shape[1])
+        self._add_kernels()
+
+    def _check_edges(self, frames):
+        """With a static frame count, the whole envelope over the output
+        (the edges included, where fewer frames overlap) must be nonzero
+        wherever a window reaches (checked in float64)."""
+        if frames is None or not self.center:
+            return
+        envelope = sf.overlap_envelope(self._window, self.frame_step, frames)
+        offset = sf.window_offset(self.frame_length, self.fft_length)
+        start = self.fft_length // 2 - offset
+        stop = start + (self.length or self._default_length(frames))
+        kept = envelope[start:stop]
+        if kept.size and kept.min() <= sf.NOLA_TOLERANCE * envelope.max():
+            raise ValueError(
+                "The overlap-added window has zeros inside the signal, "
+                "which cannot be recovered there. Received: "
+                f"{self._names()}, frames={frames}"
+            )
+
+    def _default_length(self, frames):
+        if frames is None:
+            return None
+        padded = (frames - 1) * self.frame_step + self.fft_length
+        return padded - 2 * (self.fft_length // 2) if self.center else padded
+
+    def call(self, inputs):
+        x = ops.cast(inputs, "float32")  # (B, T, 2F)
+        window = ops.convert_to_tensor(self._window, "float32")
+        if self._use_fft():
+            frames = sf.istft_fft(
+                x,
+                window,
+                self.frame_step,
+                self.fft_length,
+                self.bins,
+                self.normalized,
+            )
+        else:
+            frames = sf.istft_conv(
+                x, *self._float32_kernels(), self.frame_step
+            )  # (B, (T - 1) * step + fl)
+        signal = sf.normalize_and_trim(
+            frames,
+            self._window,
+            self.frame_step,
+            self.fft_length,
+            self.center,
+            self.length,
+        )  # (B, L)
+        return ops.cast(signal, self.compute_dtype)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        length = self.length or self._default_length(input_shape[1])
+        return (input_shape[0], length)
+
+    def get_config(self):
+        config = super().get_config()
+        config["length"] = self.length
+        return config
