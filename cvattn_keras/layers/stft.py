@@ -69,8 +69,12 @@ class _STFTBase(keras.layers.Layer):
                 "implementation='conv' or 'auto' with trainable=True. "
                 f"Received: implementation={implementation!r}"
             )
-        # A layer that learns its kernels keeps the convolution for good
-        # (saved so in its config), frozen later or not.
+        # Whether the kernels are learned, fixed at construction: a layer
+        # that learns them keeps the convolution for good (saved so in
+        # its config), frozen later or not; one built frozen keeps the DFT
+        # (its kernels are non-trainable variables) when a parent model is
+        # unfrozen.
+        self._learn = trainable
         self.implementation = "conv" if trainable else implementation
         self.allow_gaps = allow_gaps
         # autocast=False: under mixed precision the waveform stays float32
@@ -96,21 +100,11 @@ class _STFTBase(keras.layers.Layer):
                     shape=value.shape,
                     initializer=_constant(value),
                     dtype="float32",  # whatever the policy: see call
-                    trainable=True,  # frozen with the layer (trainable=False)
+                    # Learned only if asked at construction; then frozen
+                    # and unfrozen with the layer.
+                    trainable=self._learn,
                 ),
             )
-
-    @property
-    def trainable(self):
-        return keras.layers.Layer.trainable.fget(self)
-
-    @trainable.setter
-    def trainable(self, value):
-        # Trainable once, the convolution for good: the kernels may have
-        # moved from the DFT's, which the FFT route would ignore.
-        if value:
-            self.implementation = "conv"
-        keras.layers.Layer.trainable.fset(self, value)
 
     def _use_fft(self):
         """The route: the convolution when trainable, or traced for
@@ -138,6 +132,9 @@ class _STFTBase(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
+                # Whether the kernels are learned (the constructor's
+                # argument), not the layer's current frozen state.
+                "trainable": self._learn,
                 "frame_length": self.frame_length,
                 "frame_step": self.frame_step,
                 "fft_length": self.fft_length,
@@ -214,13 +211,15 @@ class ComplexSTFT(_STFTBase):
         normalized: if `True`, the DFT is scaled by `1 / sqrt(N)` (as
             `torch.stft(normalized=True)`). Defaults to `False`.
         trainable: if `True`, the kernels `kernel_real`, `kernel_imag`
-            are learned (initialised to the DFT's). They are weights either
-            way (in the `.keras` file), frozen while the layer is not
-            trainable. A layer that is or becomes trainable takes the
+            are learned (initialised to the DFT's), and frozen or unfrozen
+            with the layer afterwards. They are weights either way (in the
+            `.keras` file), non-trainable ones when `False`: unfreezing a
+            parent model (`model.trainable = True`) leaves such a layer
+            the exact DFT, on its route. A layer built trainable takes the
             convolution for good (`implementation` becomes `"conv"`, in
             its config too), since its kernels may move away from the
             DFT's; `trainable=True` with `implementation="fft"` is a
-            `ValueError`.
+            `ValueError`. The config's `trainable` is this argument.
         implementation: `"auto"`, `"conv"` or `"fft"`, as above.
         allow_gaps: allow `frame_step > frame_length`. Defaults to `False`.
         **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
@@ -238,7 +237,10 @@ class ComplexSTFT(_STFTBase):
 
     Masking: given a mask `(B, L)` of valid samples, the output mask `(B,
     frames)` marks frame `t` valid when its centre sample (`t *
-    frame_step` centred, `t * frame_step + N // 2` otherwise) is valid.
+    frame_step` centred, `t * frame_step + N // 2` otherwise) is valid;
+    a centre past the end (the last centred frame when `frame_step`
+    divides `L`) counts as the last sample, so a fully valid waveform
+    gives fully valid frames.
 
     Example:
 
@@ -322,9 +324,11 @@ class ComplexSTFT(_STFTBase):
             mask = mask[..., 0]
         step = self.frame_step
         if self.center:
-            # Centres at t * step, t < 1 + (L + 2 (N // 2) - N) // step;
-            # a centre past the end (L % step == 0, even N) is invalid.
-            mask = ops.pad(mask, ((0, 0), (0, step)), constant_values=False)
+            # Centres at t * step, t < 1 + (L + 2 (N // 2) - N) // step.
+            # The last sample's validity continues past the end: a
+            # centre there (L % step == 0, even N) holds real samples.
+            tail = ops.repeat(ops.cast(mask[:, -1:], "int32"), step, axis=1)
+            mask = ops.concatenate([mask, ops.cast(tail, "bool")], axis=1)
             extra = step + self.fft_length - 2 * (self.fft_length // 2) - 1
             return mask[:, : (-extra if extra else None) : step]
         # Centres at t * step + N // 2 for t * step + N <= L.
