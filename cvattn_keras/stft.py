@@ -53,6 +53,13 @@ def window_array(window, frame_length):
     """
     n = np.arange(frame_length)
     if isinstance(window, str):
+        if window == "hann" and frame_length == 1:
+            # The periodic Hann window of one sample is 0: no transform.
+            raise ValueError(
+                "window='hann' of frame_length 1 is all zero; use "
+                "window='rectangular' or a longer frame. Received: "
+                f"window={window!r}, frame_length={frame_length}"
+            )
         if window == "hann":
             return 0.5 - 0.5 * np.cos(2 * np.pi * n / frame_length)
         if window == "hamming":

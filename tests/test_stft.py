@@ -347,6 +347,15 @@ def test_under_xla(rng, implementation):
     np.testing.assert_allclose(to_numpy(xla(x)), eager, atol=1e-5)
 
 
+def test_degenerate_window_and_integer_spectra():
+    with pytest.raises(ValueError, match="frame_length 1"):
+        ComplexSTFT(1, 1)
+    assert ComplexSTFT(1, 1, window="rectangular").num_bins == 1
+    inverse = ComplexISTFT(64, 16)
+    with pytest.raises(ValueError, match="inputs.dtype=int32"):
+        inverse(np.zeros((1, 9, 66), "int32"))
+
+
 @pytest.mark.parametrize("cls", [ComplexSTFT, ComplexISTFT])
 def test_auto_implementation(cls):
     layer = cls(512, 128)

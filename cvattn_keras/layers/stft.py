@@ -460,6 +460,12 @@ class ComplexISTFT(_STFTBase):
         return padded - 2 * (self.fft_length // 2) if self.center else padded
 
     def call(self, inputs):
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if "float" not in dtype:
+            raise ValueError(
+                "ComplexISTFT takes float spectra, stacked [Re | Im]. "
+                f"Received: inputs.dtype={dtype}"
+            )
         x = ops.cast(inputs, "float32")  # (B, T, 2F)
         window = ops.convert_to_tensor(self._window, "float32")
         if self._use_fft():
