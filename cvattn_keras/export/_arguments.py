@@ -3,8 +3,6 @@ models, positive ints, the static input shapes and the export signature,
 and inputs given as an array, a list or a dict (one array per model input,
 each in its input's dtype)."""
 
-import os
-
 import keras
 import numpy as np
 
@@ -12,17 +10,8 @@ from cvattn_keras.export import _files
 
 
 def _check_path(path):
-    if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(
-            f"`path` must be a file path ending in '.tflite'. "
-            f"Received: path={path!r}"
-        )
-    path = os.fspath(path)
-    if not path.endswith(".tflite"):
-        raise ValueError(
-            f"`path` must end in '.tflite'. Received: path={path!r}"
-        )
-    return path
+    """A `.tflite` path to read (`_files.check_path`)."""
+    return _files.check_path(path)
 
 
 def _check_output(path, overwrite):

@@ -38,6 +38,23 @@ class OutputPathError(OSError, ValueError):
     of this library, a `ValueError`)."""
 
 
+def check_path(path, argument="path", suffix=".tflite"):
+    """`path` as a `str`, or a `ValueError` unless it is a file path
+    ending in `suffix`."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(
+            f"`{argument}` must be a file path ending in {suffix!r}. "
+            f"Received: {argument}={path!r}"
+        )
+    path = os.fspath(path)
+    if not isinstance(path, str) or not path.endswith(suffix):
+        raise ValueError(
+            f"`{argument}` must end in {suffix!r}. Received: "
+            f"{argument}={path!r}"
+        )
+    return path
+
+
 def check_output(path, overwrite, argument="path", suffix=".tflite"):
     """Checks an output path as `open(path, "wb")` would, before any work:
     returns `path` as a `str`.
@@ -50,17 +67,7 @@ def check_output(path, overwrite, argument="path", suffix=".tflite"):
             missing, not a directory, or not writable.
         OutputExistsError: the file exists and `overwrite` is False.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(
-            f"`{argument}` must be a file path ending in {suffix!r}. "
-            f"Received: {argument}={path!r}"
-        )
-    path = os.fspath(path)
-    if not isinstance(path, str) or not path.endswith(suffix):
-        raise ValueError(
-            f"`{argument}` must end in {suffix!r}. Received: "
-            f"{argument}={path!r}"
-        )
+    path = check_path(path, argument, suffix)
     if not isinstance(overwrite, bool):
         raise ValueError(
             f"`overwrite` must be True or False. Received: "

@@ -22,10 +22,6 @@ from cvattn_keras.interop._bias import bias_to_pair
 # --------------------------------------------------------------------------
 
 
-def _identity(array):
-    return [array.astype(np.float64)]
-
-
 def _transpose(array):
     return [array.astype(np.float64).T]
 
