@@ -3,7 +3,10 @@ loader. Every complex array is returned in the stacked layout
 `[real | imag]` on the last axis, float32.
 
 - `synthetic_music`: a MusicNet-like transcription task: polyphonic
-  harmonic notes, complex STFT frames, multi-hot note labels per frame.
+  harmonic notes, complex STFT frames, multi-hot note labels per frame;
+  or (`output="waveform"`) the audio itself with the labels aligned to the
+  frames of a `ComplexSTFT` (`synthetic_music_stft` gives the one that
+  reproduces the spectra).
 - `synthetic_modulation`: radio IQ sequences of standard digital
   modulations with random carrier phase, frequency offset and noise,
   labelled by modulation.
@@ -25,6 +28,7 @@ __all__ = [
     "load_musicnet",
     "synthetic_modulation",
     "synthetic_music",
+    "synthetic_music_stft",
 ]
 
 
@@ -93,6 +97,116 @@ def highest_audible_note(bins, sample_rate):
 # Synthetic music.
 # ----------------------------------------------------------------------
 
+_MUSIC_OUTPUTS = ("spectra", "waveform")
+
+
+def synthetic_music_stft(bins=128):
+    """A new `layers.ComplexSTFT` that turns `synthetic_music`'s waveform
+    into exactly its spectra.
+
+    `ComplexSTFT(2 * bins, 2 * bins, center=False, bins=(0, bins),
+    normalized=True, window=np.hanning(2 * bins), name="stft")`: frames of
+    `2 * bins` samples without overlap or centring, the symmetric Hann
+    window (`np.hanning`, as the spectra's; the layer's `"hann"` is the
+    periodic one), the first `bins` bins, scaled by `1 / sqrt(2 * bins)`.
+    So `synthetic_music_stft(bins)(audio)` of `synthetic_music(...,
+    bins=bins, output="waveform")` is `synthetic_music(..., bins=bins)`'s
+    spectra to float32 rounding, frame for frame with the same labels.
+
+    Any `ComplexSTFT(frame_length, frame_step, ...)` of one's own choice
+    works too: pass it as `synthetic_music(..., output="waveform",
+    stft=...)` and the labels follow its frames.
+
+    Args:
+        bins: positive int, `synthetic_music`'s `bins`.
+
+    Returns:
+        A new, unbuilt `ComplexSTFT` named `"stft"`.
+
+    Raises:
+        ValueError: `bins` not a positive int.
+
+    Example:
+
+    >>> stft = synthetic_music_stft(bins=32)
+    >>> audio, y = synthetic_music(
+    ...     num_samples=2, frames=4, bins=32, output="waveform"
+    ... )
+    >>> audio.shape, y.shape, tuple(stft(audio).shape)
+    ((2, 256), (2, 4, 24), (2, 4, 64))
+    """
+    from cvattn_keras.layers import ComplexSTFT
+
+    bins = check.positive_int(bins, "bins")
+    return ComplexSTFT(
+        2 * bins,
+        2 * bins,
+        center=False,
+        bins=(0, bins),
+        normalized=True,
+        window=np.hanning(2 * bins),
+        name="stft",
+    )
+
+
+def _short_repr(value, limit=200):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _music_stft(stft, bins):
+    """`synthetic_music`'s `stft` as a `ComplexSTFT` (`None`: the
+    spectra's)."""
+    from cvattn_keras.layers import ComplexSTFT
+
+    if stft is None:
+        return synthetic_music_stft(bins)
+    if isinstance(stft, ComplexSTFT):
+        return stft
+    if not isinstance(stft, dict):
+        raise ValueError(
+            "`stft` must be a ComplexSTFT layer, a dict of its get_config() "
+            f"or None. Received: stft={_short_repr(stft)}"
+        )
+    try:
+        return ComplexSTFT.from_config(stft)
+    except (TypeError, ValueError) as error:
+        # Keras wraps the constructor's error in a TypeError; name that.
+        cause = error.__context__ if type(error) is TypeError else None
+        raise ValueError(
+            "`stft` must be a ComplexSTFT config that "
+            f"ComplexSTFT.from_config accepts; it raised "
+            f"{type(cause or error).__name__}: {cause or error}. Received: "
+            f"stft={_short_repr(stft)}"
+        ) from error
+
+
+def _frame_centres(stft, length, frames, bins):
+    """The centre sample of each frame `stft` gives of `length` samples,
+    the last sample for a centre past the end."""
+    from cvattn_keras.stft import frame_count
+
+    count = frame_count(length, stft.frame_step, stft.fft_length, stft.center)
+    reflect = stft.center and stft.pad_mode == "reflect"
+    if count < 1 or (reflect and length <= stft.fft_length // 2):
+        need = (
+            f"more than fft_length // 2 = {stft.fft_length // 2} samples "
+            "(pad_mode='reflect')"
+            if reflect
+            else f"at least fft_length={stft.fft_length} samples"
+        )
+        raise ValueError(
+            f"`stft` gives no frame of the audio: it needs {need}, and the "
+            f"audio has frames * 2 * bins = {length}. Received: stft="
+            f"ComplexSTFT(frame_length={stft.frame_length}, frame_step="
+            f"{stft.frame_step}, fft_length={stft.fft_length}, center="
+            f"{stft.center}, pad_mode={stft.pad_mode!r}), frames={frames}, "
+            f"bins={bins}"
+        )
+    offset = 0 if stft.center else stft.fft_length // 2
+    centres = np.arange(count) * stft.frame_step + offset
+    return np.minimum(centres, length - 1)
+
 
 def synthetic_music(
     num_samples=256,
@@ -105,15 +219,19 @@ def synthetic_music(
     harmonics=6,
     noise=0.01,
     seed=0,
+    output="spectra",
+    stft=None,
 ):
-    """Polyphonic harmonic notes as complex STFT frames with note labels.
+    """Polyphonic harmonic notes as complex STFT frames (or as audio) with
+    note labels.
 
     Each sample is `frames` non-overlapping frames of `2 * bins` audio
     samples at `sample_rate`. About `notes_per_sample` notes (Poisson) start
     at random frames and last 2-12 frames; note `m` (MIDI `lowest_note + m`)
     sounds at `440 * 2**((midi - 69) / 12)` Hz with `harmonics` partials of
     amplitude `a / k`, random phases, a random amplitude `a` and an
-    exponential decay. The frames are Hann-windowed and Fourier transformed;
+    exponential decay. The frames are windowed (the symmetric Hann window,
+    `np.hanning`) and Fourier transformed, scaled by `1 / sqrt(2 * bins)`;
     the first `bins` bins of each are the features. The label of a frame is
     1 for every note sounding in it. A note stops (sound and label) at the
     first frame that starts after it has decayed by 60 dB, and every note's
@@ -122,6 +240,20 @@ def synthetic_music(
 
     With the defaults (4 kHz, 256-sample frames, 15.6 Hz bins, notes C4 to
     B5) a sample is 2 seconds; 256 samples take about a second to make.
+
+    `output="waveform"` returns the audio instead: the time-domain signal
+    (noise included) the spectra are computed from, for a model whose
+    first layer is a `layers.ComplexSTFT` (e.g. `models.music_classifier(
+    ..., stft=...)`), with the labels aligned to the frames of `stft`. A
+    note sounds on the samples `[onset * 2 * bins, offset * 2 * bins)` it
+    is rendered on; the label of STFT frame `t` is 1 for every note
+    sounding at the frame's centre sample, `c_t = t * frame_step` when
+    `stft.center`, `t * frame_step + fft_length // 2` otherwise (a centre
+    past the end of the audio counts as the last sample). The random draws
+    do not depend on `output`: the same seed gives the same music either
+    way. With the default `stft`, `synthetic_music_stft(bins)`, the labels
+    are the spectra's and `stft(audio)` is the spectra to float32
+    rounding.
 
     Args:
         num_samples, frames, bins, notes: the array sizes.
@@ -135,15 +267,30 @@ def synthetic_music(
             (finite, >= 0).
         seed: the random seed, an int >= 0: the same seed gives the same
             data.
+        output: `"spectra"` (default) or `"waveform"`, as above.
+        stft: with `output="waveform"` only, the `layers.ComplexSTFT` the
+            labels are aligned to: a layer or a dict of its `get_config()`.
+            `None` (default): `synthetic_music_stft(bins)`, the spectra's
+            own frames. It must give at least one frame of the `frames * 2
+            * bins` samples.
 
     Returns:
-        `(x, y)`: `x` float32 `(num_samples, frames, 2 * bins)` stacked
-        spectra, `y` float32 `(num_samples, frames, notes)` multi-hot.
+        With `output="spectra"`, `(x, y)`: `x` float32 `(num_samples,
+        frames, 2 * bins)` stacked spectra, `y` float32 `(num_samples,
+        frames, notes)` multi-hot.
+        With `output="waveform"`, `(audio, y)`: `audio` float32
+        `(num_samples, frames * 2 * bins)`, `y` float32 `(num_samples,
+        stft_frames, notes)` multi-hot: `stft_frames`, the layer's output
+        frames, is `cvattn_keras.stft.frame_count(frames * 2 * bins,
+        stft.frame_step, stft.fft_length, stft.center)`.
 
     Raises:
-        ValueError: an argument out of its range, or a highest note
+        ValueError: an argument out of its range; a highest note
             `lowest_note + notes - 1` above `highest_audible_note(bins,
-            sample_rate)`.
+            sample_rate)`; `output` not `"spectra"` or `"waveform"`; `stft`
+            given with `output="spectra"`, neither a `ComplexSTFT` nor a
+            dict, a config `ComplexSTFT.from_config` rejects, or giving no
+            frame of the audio.
     """
     _check_positive(
         num_samples=num_samples,
@@ -171,12 +318,27 @@ def synthetic_music(
             f"lowest_note={lowest_note}, notes={notes}, bins={bins}, "
             f"sample_rate={sample_rate}"
         )
+    if not isinstance(output, str) or output not in _MUSIC_OUTPUTS:
+        raise ValueError(
+            f"`output` must be one of {_MUSIC_OUTPUTS}. Received: "
+            f"output={output!r}"
+        )
+    if output == "spectra" and stft is not None:
+        raise ValueError(
+            "`stft` aligns the labels of output='waveform'; the spectra's "
+            "frames are fixed. Pass output='waveform' or stft=None. "
+            f"Received: stft={_short_repr(stft)}, output={output!r}"
+        )
+    if output == "waveform":
+        stft = _music_stft(stft, bins)
+        centres = _frame_centres(stft, frames * 2 * bins, frames, bins)
     rng = np.random.default_rng(seed)
     frame_length = 2 * bins
     frame_seconds = frame_length / sample_rate
     t = np.arange(frames * frame_length) / sample_rate  # (L,)
     audio = noise * rng.standard_normal((num_samples, t.size))
     labels = np.zeros((num_samples, frames, notes), np.float32)
+    sounding = []  # (sample, note, first audio sample, end), per note
     for i in range(num_samples):
         for _ in range(max(1, rng.poisson(notes_per_sample))):
             note = rng.integers(notes)
@@ -192,6 +354,7 @@ def synthetic_music(
             offset = min(offset, onset + max(1, audible))
             labels[i, onset:offset, note] = 1.0
             start, stop = onset * frame_length, offset * frame_length
+            sounding.append((i, note, start, stop))
             local = t[start:stop] - t[start]
             envelope = amplitude * np.exp(-local / decay)
             for k in range(1, harmonics + 1):
@@ -201,6 +364,11 @@ def synthetic_music(
                 audio[i, start:stop] += (
                     envelope / k * np.sin(2 * np.pi * k * f0 * local + phase)
                 )
+    if output == "waveform":
+        labels = np.zeros((num_samples, centres.size, notes), np.float32)
+        for i, note, start, stop in sounding:
+            labels[i, (centres >= start) & (centres < stop), note] = 1.0
+        return audio.astype(np.float32), labels
     window = np.hanning(frame_length)
     spectra = np.fft.rfft(
         audio.reshape(num_samples, frames, frame_length) * window, axis=-1

@@ -54,7 +54,84 @@ __all__ = [
     "music_generator",
     "real_music_classifier",
     "shift_right",
+    "waveform_length",
 ]
+
+
+# The paper's frequency bins, when neither `bins` nor `stft` says.
+_PAPER_BINS = 2048
+
+
+def _stft_layer(stft):
+    """`stft` (a `ComplexSTFT`, its `get_config()` or its serialized
+    form) as a `ComplexSTFT`, or `None`."""
+    if stft is None or isinstance(stft, cl.ComplexSTFT):
+        return stft
+    if isinstance(stft, dict):
+        if "class_name" in stft:
+            layer = keras.saving.deserialize_keras_object(stft)
+        else:
+            try:
+                layer = cl.ComplexSTFT.from_config({"name": "stft", **stft})
+            except TypeError as error:  # Keras wraps the layer's error
+                cause = error.__context__ or error
+                raise ValueError(
+                    f"`stft` does not make a ComplexSTFT: {cause} "
+                    f"Received: stft={stft!r:.300}"
+                ) from error
+        if isinstance(layer, cl.ComplexSTFT):
+            return layer
+        stft = layer
+    raise ValueError(
+        "`stft` must be a `cvattn_keras.layers.ComplexSTFT`, the dict of "
+        "its `get_config()`, or None (the model takes spectra). Received: "
+        f"stft of type {type(stft).__name__}"
+    )
+
+
+def _inputs(frames, bins, stft, name):
+    """The model's input and the spectra `(B, frames, 2 * bins)` that it
+    gives: the input itself, or a waveform input and its `stft`."""
+    stft = _stft_layer(stft)
+    if stft is None:
+        bins = _PAPER_BINS if bins is None else check.positive_int(bins, "bins")
+        spectra = keras.Input((frames, 2 * bins), name=name)
+        return spectra, spectra
+    if bins is not None and bins != stft.num_bins:
+        raise ValueError(
+            f"`bins` must be None or the STFT's {stft.num_bins} bins "
+            f"(bins={stft.bins} of fft_length={stft.fft_length}): the "
+            "model's spectra are the STFT's. Received: bins={bins!r}"
+        )
+    samples = None
+    if frames is not None:
+        frames = check.positive_int(frames, "frames")
+        samples = waveform_length(stft, frames)
+    waveform = keras.Input((samples,), name="waveform")
+    return waveform, stft(waveform)
+
+
+def waveform_length(stft, frames):
+    """The fewest samples of which `stft` (a `ComplexSTFT`) makes `frames`
+    frames: the input length of a waveform model of `frames` frames.
+    `(frames - 1) * frame_step` for a centred STFT of even `fft_length`,
+    `fft_length + (frames - 1) * frame_step` without centring. A
+    `ValueError` when that is too short for `pad_mode="reflect"`."""
+    stft = _stft_layer(stft)
+    frames = check.positive_int(frames, "frames")
+    span = (frames - 1) * stft.frame_step
+    if not stft.center:
+        return span + stft.fft_length
+    length = max(1, span + stft.fft_length - 2 * (stft.fft_length // 2))
+    if stft.pad_mode == "reflect" and length <= stft.fft_length // 2:
+        raise ValueError(
+            "A centred STFT with pad_mode='reflect' needs waveforms longer "
+            f"than fft_length // 2 = {stft.fft_length // 2} samples, which "
+            f"make more than `frames` frames: ask for more frames, or use "
+            f"pad_mode='constant'. Received: frames={frames}"
+        )
+    return length
+
 
 # The reference's front end (`Transformer_Pred.conv`).
 FRONTEND_FILTERS = (16, 32, 64, 64, 128)
@@ -110,7 +187,7 @@ def _head(x, head_dim, notes, dropout):
 
 def music_classifier(
     frames=64,
-    bins=2048,
+    bins=None,
     notes=128,
     embed_dim=320,
     num_heads=8,
@@ -126,12 +203,14 @@ def music_classifier(
     frontend_strides=2,
     batch_norm_synchronized=False,
     layer_norm_epsilon=1e-5,
+    stft=None,
     name="music_classifier",
 ):
     """The paper's classification model (the reference's
     `Transformer_Pred`): note logits for every frame.
 
-    `(B, frames, 2 * bins)` stacked spectra -> `ComplexFrequencyFrontEnd`
+    `(B, frames, 2 * bins)` stacked spectra (or a waveform through `stft`,
+    the first layer) -> `ComplexFrequencyFrontEnd`
     (complex convolutions over the bins of each frame, flattened) ->
     ComplexDense embedding -> sinusoidal positions -> `num_layers`
     `ComplexTransformerEncoder` -> head (ComplexDense(head_dim) ->
@@ -142,11 +221,15 @@ def music_classifier(
     Layer names (an API: `cvattn_keras.interop` maps the reference's
     weights onto them): `frontend`, `embedding`, `positions`,
     `encoder_{i}`, `head_dense`, `head_act`, `head_dropout`, `head_notes`,
-    `note_logits`.
+    `note_logits`, and `stft` first in a waveform model (built from a
+    config; an instance keeps its own name).
 
     Args:
         frames: sequence length, or None for any.
-        bins, notes: input frequency bins and output notes.
+        bins: the input's frequency bins (`None`: 2048, the paper's; the
+            STFT's bins when `stft` is given, and an error if they
+            differ).
+        notes: the output notes.
         embed_dim, num_heads, num_layers, intermediate_dim: the encoder
             (`intermediate_dim` defaults to `embed_dim`, the reference's).
         head_dim: complex width of the head.
@@ -169,6 +252,18 @@ def music_classifier(
             `epsilon / variance` otherwise, most of the difference between
             a ported model and the reference. NaN-safe either way (see
             `ComplexLayerNormalization`).
+        stft: `None` (default: the model takes spectra), or a
+            `cvattn_keras.layers.ComplexSTFT` (or the dict of its
+            `get_config()`): the model takes the waveform `(B, samples)`
+            (input `waveform`) and the STFT is its first layer, saved in
+            the `.keras` file and exported with the model (a builtin
+            convolution in TFLite). `samples` is the fewest that give
+            `frames` frames (`waveform_length(stft, frames)`: `(frames -
+            1) * frame_step` centred with an even `fft_length`), `None`
+            for `frames=None`. The front end slides over the STFT's bins
+            as over spectra; `cvattn_keras.interop` loads reference
+            checkpoints into such a model (the STFT has no reference
+            weights: it keeps its own).
         name: the model's name.
 
     Returns:
@@ -177,9 +272,9 @@ def music_classifier(
     layer_norm_epsilon = _transformer._check_layer_norm_epsilon(
         layer_norm_epsilon, "whitening"
     )
-    inputs = keras.Input((frames, 2 * bins), name="spectra")
+    inputs, spectra = _inputs(frames, bins, stft, "spectra")
     x = _encode(
-        inputs,
+        spectra,
         embed_dim,
         num_layers,
         _frontend(frontend_filters, frontend_kernel_sizes, frontend_strides),
@@ -198,7 +293,7 @@ def music_classifier(
 def music_generator(
     source_frames=43,
     target_frames=21,
-    bins=2048,
+    bins=None,
     notes=128,
     embed_dim=320,
     num_heads=8,
@@ -214,6 +309,7 @@ def music_generator(
     frontend_strides=2,
     batch_norm_synchronized=False,
     layer_norm_epsilon=1e-5,
+    stft=None,
     name="music_generator",
 ):
     """The paper's sequence-generation model (the reference's
@@ -229,13 +325,19 @@ def music_generator(
     and runs `num_layers` causal `ComplexTransformerDecoder` layers
     attending to the encoder. Output: `(B, target_frames, notes)` logits.
 
+    Given `stft`, the first input is the waveform of the source frames
+    (`waveform`, see `stft` below) in place of the spectra.
+
     Layer names: `music_classifier`'s, plus `notes_as_complex`,
     `note_embedding`, `target_positions` and `decoder_{i}`.
 
     Args:
         source_frames, target_frames: the encoder's and the decoder's
             lengths.
-        bins, notes: input frequency bins and output notes.
+        bins: the input's frequency bins (`None`: 2048, the paper's; the
+            STFT's bins when `stft` is given, and an error if they
+            differ).
+        notes: the output notes.
         embed_dim, num_heads, num_layers, intermediate_dim: the encoder
             (`intermediate_dim` defaults to `embed_dim`, the reference's).
         head_dim: complex width of the head.
@@ -258,6 +360,17 @@ def music_generator(
             `epsilon / variance` otherwise, most of the difference between
             a ported model and the reference. NaN-safe either way (see
             `ComplexLayerNormalization`).
+        stft: `None` (default: the model takes spectra), or a
+            `cvattn_keras.layers.ComplexSTFT` (or the dict of its
+            `get_config()`): the encoder takes the waveform `(B,
+            samples)` (input `waveform`, in place of `spectra`) and the
+            STFT is its first layer, saved in the `.keras` file and
+            exported with the model (a builtin convolution in TFLite).
+            `samples` is the fewest that give `source_frames` frames
+            (`waveform_length(stft, source_frames)`), `None` for
+            `source_frames=None`. `generate` takes the waveform then.
+            `cvattn_keras.interop` loads reference checkpoints into such
+            a model (the STFT keeps its own weights).
         name: the model's name.
 
     Returns:
@@ -266,7 +379,7 @@ def music_generator(
     layer_norm_epsilon = _transformer._check_layer_norm_epsilon(
         layer_norm_epsilon, "whitening"
     )
-    spectra = keras.Input((source_frames, 2 * bins), name="spectra")
+    source, spectra = _inputs(source_frames, bins, stft, "spectra")
     previous = keras.Input((target_frames, notes), name="previous_notes")
     layer_args = dict(
         num_heads=num_heads,
@@ -293,7 +406,7 @@ def music_generator(
             x, memory
         )
     logits = _head(x, head_dim, notes, dropout)
-    return keras.Model([spectra, previous], logits, name=name)
+    return keras.Model([source, previous], logits, name=name)
 
 
 def shift_right(labels):
@@ -354,7 +467,8 @@ def generate(
 
     Args:
         model: a model with inputs `(spectra, previous_notes)`.
-        spectra: `(B, source_frames, 2 * bins)`.
+        spectra: `(B, source_frames, 2 * bins)`, or the waveform `(B,
+            samples)` of a model built with `stft`.
         threshold: probability above which a note is on (the returned
             notes, and the feedback with `feedback="notes"`).
         steps: frames to decode (default: all `target_frames`).
@@ -640,7 +754,7 @@ class _CachedDecoding(keras.Model):
 
 def real_music_classifier(
     frames=64,
-    bins=2048,
+    bins=None,
     notes=128,
     embed_dim=456,
     num_heads=8,
@@ -653,6 +767,7 @@ def real_music_classifier(
     frontend_kernel_sizes=FRONTEND_KERNEL_SIZES,
     frontend_strides=2,
     layer_norm_epsilon=1e-3,
+    stft=None,
     name="real_music_classifier",
 ):
     """A real-valued baseline of `music_classifier`'s architecture.
@@ -669,7 +784,9 @@ def real_music_classifier(
     parameter count.
 
     `layer_norm_epsilon` is the `keras.layers.LayerNormalization`s'
-    epsilon, positive (default 1e-3, Keras').
+    epsilon, positive (default 1e-3, Keras'). `bins` and `stft` are
+    `music_classifier`'s: given a `ComplexSTFT`, the model takes the
+    waveform.
 
     Returns:
         An uncompiled `keras.Model`.
@@ -681,9 +798,10 @@ def real_music_classifier(
     frontend = _frontend(
         frontend_filters, frontend_kernel_sizes, frontend_strides
     )
-    inputs = keras.Input((frames, 2 * bins), name="spectra")
+    inputs, spectra = _inputs(frames, bins, stft, "spectra")
+    bins = spectra.shape[-1] // 2
     # (B, T, [Re | Im]) -> (B, T, F, 2): a 2-channel signal per frame.
-    x = layers.Reshape((-1, 2, bins), name="frames_as_signals")(inputs)
+    x = layers.Reshape((-1, 2, bins), name="frames_as_signals")(spectra)
     x = layers.Permute((1, 3, 2), name="channels_last")(x)
     for i, (channels, kernel, stride) in enumerate(zip(*frontend)):
         x = layers.TimeDistributed(

@@ -244,3 +244,31 @@ LAYER_NORM_FIXTURES = [
         ],
     ),
 ]
+
+
+def hann(size):
+    """The periodic Hann window of `size` points."""
+    return 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(size) / size)
+
+
+def stft(
+    x, frame_length, step, fft_length, center, pad_mode, bins, window=None
+):
+    """`x` (B, L) -> (B, frames, F) complex128: numpy's rfft of each padded
+    frame times the window (default the periodic Hann) centred in
+    `fft_length`."""
+    if center:
+        half = fft_length // 2
+        x = np.pad(x, ((0, 0), (half, half)), mode=pad_mode)
+    padded = np.zeros(fft_length)
+    start = (fft_length - frame_length) // 2
+    padded[start : start + frame_length] = (
+        hann(frame_length) if window is None else window
+    )
+    frames = 1 + (x.shape[1] - fft_length) // step
+    framed = np.stack(
+        [x[:, t * step : t * step + fft_length] for t in range(frames)], 1
+    )
+    spectra = np.fft.rfft(framed * padded, axis=-1)
+    low, high = bins or (0, fft_length // 2 + 1)
+    return spectra[..., low:high]

@@ -1,9 +1,14 @@
 """Tests of the built-in datasets and the MusicNet loader."""
 
+import hashlib
+
+import keras
 import numpy as np
 import pytest
 
 from cvattn_keras import datasets
+from cvattn_keras import layers
+from cvattn_keras.stft import frame_count
 
 
 def test_synthetic_music_is_deterministic_and_stacked():
@@ -224,3 +229,128 @@ def test_load_musicnet_names_a_damaged_file(tmp_path, rng):
     np.save(words / "y.npy", y)
     with pytest.raises(ValueError, match="features 'x' must be numbers"):
         datasets.load_musicnet(words, frames=4, bins=5, notes=6)
+
+
+# ----------------------------------------------------------------------
+# synthetic_music(output="waveform").
+# ----------------------------------------------------------------------
+
+MUSIC = dict(num_samples=6, frames=8, notes=5)
+
+
+def _waveform(stft=None, bins=32, **kwargs):
+    kwargs = {**MUSIC, "bins": bins, **kwargs}
+    return datasets.synthetic_music(output="waveform", stft=stft, **kwargs)
+
+
+@pytest.mark.parametrize("bins", [32, 128])  # the conv and FFT routes
+def test_waveform_with_the_default_stft_gives_the_spectra(bins):
+    """The same seed, the same music: the default STFT of the waveform is
+    the spectra to float32 rounding (1e-5 of the largest |x|), with the
+    same labels exactly."""
+    x, y = datasets.synthetic_music(bins=bins, seed=3, **MUSIC)
+    audio, labels = _waveform(bins=bins, seed=3)
+    assert audio.shape == (6, 8 * 2 * bins) and audio.dtype == np.float32
+    assert labels.dtype == np.float32
+    np.testing.assert_array_equal(labels, y)
+    stft = datasets.synthetic_music_stft(bins)
+    assert stft.name == "stft" and not stft.center
+    spectra = keras.ops.convert_to_numpy(stft(audio))
+    assert spectra.shape == x.shape
+    error = np.max(np.abs(spectra - x)) / np.max(np.abs(x))
+    assert error < 1e-5
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(frame_length=64, frame_step=32),  # centred, hop = bins
+        dict(frame_length=64, frame_step=32, center=False),
+        dict(frame_length=32, frame_step=16, fft_length=64, center=False),
+        dict(frame_length=64, frame_step=24, pad_mode="reflect"),
+    ],
+)
+def test_waveform_labels_follow_the_frame_centres(kwargs):
+    """The label of frame `t` is the note activity at its centre sample,
+    derived here from the spectra's labels: sample `s` lies in native
+    frame `s // (2 bins)`."""
+    bins, length = 32, 8 * 64
+    stft = layers.ComplexSTFT(**kwargs)
+    audio, labels = _waveform(stft, bins=bins, seed=5)
+    _, native = datasets.synthetic_music(bins=bins, seed=5, **MUSIC)
+    count = frame_count(length, stft.frame_step, stft.fft_length, stft.center)
+    assert labels.shape == (6, count, 5)
+    assert keras.ops.convert_to_numpy(stft(audio)).shape[1] == count
+    half = 0 if stft.center else stft.fft_length // 2
+    centres = np.arange(count) * stft.frame_step + half
+    centres = np.minimum(centres, length - 1)  # past the end: the last
+    np.testing.assert_array_equal(labels, native[:, centres // (2 * bins)])
+    assert labels.any() and not labels.all()
+
+
+def test_waveform_takes_an_stft_config():
+    stft = layers.ComplexSTFT(64, 32, fft_length=128, bins=(0, 40))
+    audio, labels = _waveform(stft, seed=2)
+    audio2, labels2 = _waveform(stft.get_config(), seed=2)
+    np.testing.assert_array_equal(audio, audio2)
+    np.testing.assert_array_equal(labels, labels2)
+    assert labels.shape == (6, 1 + 8 * 64 // 32, 5)
+
+
+def test_waveform_is_deterministic():
+    def digest(*arrays):
+        return [hashlib.sha256(a.tobytes()).hexdigest() for a in arrays]
+
+    first = digest(*_waveform(seed=7))
+    assert digest(*_waveform(seed=7)) == first
+    other = digest(*_waveform(seed=8))
+    assert other[0] != first[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(output="wave"), "`output` .* output='wave'"),
+        (dict(output=None), "output=None"),
+        (
+            dict(stft=lambda: layers.ComplexSTFT(64, 64)),
+            "`stft` .* stft=<ComplexSTFT.* output='spectra'",
+        ),
+        (dict(stft=lambda: {"frame_length": 64}), "stft=.*output='spectra'"),
+        (
+            dict(output="waveform", stft=lambda: layers.ComplexISTFT(64, 32)),
+            "`stft` .* stft=<ComplexISTFT",
+        ),
+        (dict(output="waveform", stft="hann"), "`stft` .* stft='hann'"),
+        (
+            dict(output="waveform", stft=lambda: {"frame_length": 64}),
+            "`stft` .*'frame_step'.* stft=\\{'frame_length': 64\\}",
+        ),
+        (
+            dict(
+                output="waveform",
+                stft=lambda: {"frame_length": 0, "frame_step": 1},
+            ),
+            "`stft` .* frame_length=0",
+        ),
+        (
+            dict(
+                output="waveform",
+                stft=lambda: layers.ComplexSTFT(1024, 256, center=False),
+            ),
+            "`stft` gives no frame.* fft_length=1024 .* = 512",
+        ),
+        (
+            dict(
+                output="waveform",
+                stft=lambda: layers.ComplexSTFT(1024, 256, pad_mode="reflect"),
+            ),
+            "`stft` gives no frame.*reflect",
+        ),
+    ],
+)
+def test_bad_waveform_arguments(kwargs, match):
+    if callable(kwargs.get("stft")):  # layers made in the test, not at import
+        kwargs = {**kwargs, "stft": kwargs["stft"]()}
+    with pytest.raises(ValueError, match=match):
+        datasets.synthetic_music(bins=32, **{**MUSIC, **kwargs})

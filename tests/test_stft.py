@@ -4,6 +4,7 @@ import re
 
 import keras
 import numpy as np
+import numpy_reference
 import pytest
 from backend_utils import compiled
 from backend_utils import gradients
@@ -14,27 +15,8 @@ from cvattn_keras import stft as sf
 from cvattn_keras.layers import ComplexISTFT
 from cvattn_keras.layers import ComplexSTFT
 
-
-def _hann(size):
-    return 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(size) / size)
-
-
-def _numpy_stft(x, frame_length, step, fft_length, center, pad_mode, bins):
-    """`x` (B, L) -> (B, frames, F) complex128: numpy's rfft of each padded
-    frame times the periodic Hann window centred in `fft_length`."""
-    if center:
-        half = fft_length // 2
-        x = np.pad(x, ((0, 0), (half, half)), mode=pad_mode)
-    window = np.zeros(fft_length)
-    start = (fft_length - frame_length) // 2
-    window[start : start + frame_length] = _hann(frame_length)
-    frames = 1 + (x.shape[1] - fft_length) // step
-    framed = np.stack(
-        [x[:, t * step : t * step + fft_length] for t in range(frames)], 1
-    )
-    spectra = np.fft.rfft(framed * window, axis=-1)
-    low, high = bins or (0, fft_length // 2 + 1)
-    return spectra[..., low:high]
+_hann = numpy_reference.hann
+_numpy_stft = numpy_reference.stft
 
 
 def _run(fn, x):
