@@ -1,12 +1,22 @@
 """Train the paper's complex transformer to transcribe music, end to end.
 
 Trains `cvattn_keras.models.music_classifier` (a small configuration by
-default) on the built-in `synthetic_music` data -- polyphonic harmonic notes
-as complex STFT frames -- reports the micro-averaged average precision (the
-paper's metric) on held-out data, saves the `.keras` model, exports it to
-TFLite with builtin ops only, verifies the file on the LiteRT interpreter,
-and writes a PNG with the training curves, an attention map and the
-transcription of one held-out sample.
+default) on the built-in `synthetic_music` data -- polyphonic harmonic
+notes -- reports the micro-averaged average precision (the paper's metric)
+on held-out data, saves the `.keras` model, exports it to TFLite with
+builtin ops only, verifies the file on the LiteRT interpreter, and writes a
+PNG with the training curves, an attention map and the transcription of one
+held-out sample.
+
+`--input waveform` (the default on the built-in data) trains from audio
+samples: the model's first layer is a `ComplexSTFT` (the one that makes
+`synthetic_music`'s spectra, `datasets.synthetic_music_stft`), so the
+exported file goes from samples to notes, and `music_classifier.json`
+beside it says what it takes (sample rate, samples per window, the
+frames' hop, the lowest note): `examples/transcribe.py AUDIO.wav --model
+OUTPUT/music_classifier.tflite` runs it on a WAV file. `--input spectra`
+trains on the STFT frames computed outside the model (and is the only
+input of `--data`, MusicNet's preprocessed features).
 
 The model is the paper's architecture (`--size paper`: exactly the
 reference's, trained with its recipe: Adam 1e-4, batch 35, BCE with logits,
@@ -14,7 +24,8 @@ the learning rate halved after 2 epochs without a better validation AP) or
 the same architecture scaled down (`--size small`, the default).
 
 Run:  python examples/train_music.py [--softmax real] [--product inner]
-          [--epochs N] [--size small|paper] [--data MUSICNET.npz]
+          [--epochs N] [--size small|paper] [--input waveform|spectra]
+          [--data MUSICNET.npz]
           [--output examples/output] [--modes float32,...|all|none] [--smoke]
 
 It ends with a table of the TFLite files of every quantization mode
@@ -23,6 +34,7 @@ interpreter, its change against Keras, and the latency of one sample.
 """
 
 import argparse
+import json
 import os
 import time
 
@@ -112,6 +124,12 @@ def parse_args(argv=None):
     parser.add_argument(
         "--data", default=None, help="MusicNet features (.npz or directory)"
     )
+    parser.add_argument(
+        "--input",
+        choices=("waveform", "spectra"),
+        default=None,
+        help="what the model takes (default: waveform; spectra with --data)",
+    )
     parser.add_argument("--output", default=os.path.join("examples", "output"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -128,6 +146,13 @@ def parse_args(argv=None):
     if args.modes is None:
         args.modes = "float32,full_int8" if args.smoke else "all"
     args.modes = parse_modes(parser, args.modes)
+    if args.input is None:
+        args.input = "spectra" if args.data else "waveform"
+    if args.input == "waveform" and args.data:
+        parser.error(
+            "--data holds MusicNet's STFT features, not audio: use --input "
+            "spectra with it. Received: --input waveform"
+        )
     if args.smoke:
         args.size, args.samples, args.epochs = "tiny", 48, 1
     for name, value in RECIPES[args.size].items():
@@ -136,8 +161,15 @@ def parse_args(argv=None):
     return args
 
 
+# synthetic_music's defaults that the exported file's description needs.
+SAMPLE_RATE = 4000
+LOWEST_NOTE = 60
+
+
 def load_data(args):
-    """Train and held-out splits: (x, y), (x, y)."""
+    """Train and held-out splits `(x, y), (x, y)` and the model's
+    `ComplexSTFT` (None for spectra): `x` holds waveforms or spectra."""
+    stft = None
     if args.data:
         x, y = cvk.datasets.load_musicnet(args.data)
     else:
@@ -146,10 +178,33 @@ def load_data(args):
         x, y = cvk.datasets.synthetic_music(
             num_samples=args.samples + args.samples // 4,
             seed=args.seed,
+            sample_rate=SAMPLE_RATE,
+            lowest_note=LOWEST_NOTE,
+            output=args.input,
             **size,
         )
+        if args.input == "waveform":
+            stft = cvk.datasets.synthetic_music_stft(size.get("bins", 128))
     split = len(x) - max(1, len(x) // 5)
-    return (x[:split], y[:split]), (x[split:], y[split:])
+    return (x[:split], y[:split]), (x[split:], y[split:]), stft
+
+
+def describe_file(model, stft):
+    """What a waveform file takes and gives, for `transcribe.py` (and an
+    app): the sample rate, samples per window, the frames' hop and the
+    offset of their centres, the notes."""
+    return dict(
+        input="waveform",
+        sample_rate=SAMPLE_RATE,
+        samples=int(model.input_shape[1]),
+        frames=int(model.output_shape[1]),
+        frame_step=stft.frame_step,
+        # Frame t is centred on sample t * frame_step + first_centre.
+        first_centre=0 if stft.center else stft.fft_length // 2,
+        lowest_note=LOWEST_NOTE,
+        notes=int(model.output_shape[2]),
+        output="note logits (probability: sigmoid)",
+    )
 
 
 def attention_map(model, x):
@@ -262,17 +317,27 @@ def main(argv=None):
     keras.utils.set_random_seed(args.seed)
     os.makedirs(args.output, exist_ok=True)
     start = time.perf_counter()
-    (x, y), (x_test, y_test) = load_data(args)
-    frames, bins, notes = x.shape[1], x.shape[2] // 2, y.shape[2]
+    (x, y), (x_test, y_test), stft = load_data(args)
+    frames, notes = y.shape[1], y.shape[2]
+    if stft is None:
+        shape = (
+            f"{frames} frames x {x.shape[2] // 2} complex bins (stacked: "
+            f"{x.shape[2]} floats)"
+        )
+    else:
+        shape = (
+            f"{x.shape[1]} audio samples at {SAMPLE_RATE} Hz ({frames} "
+            f"frames of a {stft.fft_length}-point STFT in the model)"
+        )
     print(
-        f"data: {len(x)} train / {len(x_test)} held-out samples of {frames} "
-        f"frames x {bins} complex bins (stacked: {x.shape[2]} floats), "
+        f"data: {len(x)} train / {len(x_test)} held-out samples of {shape}, "
         f"{notes} notes; {y.mean():.1%} of labels on"
     )
 
     model = cvk.models.music_classifier(
         frames=frames,
-        bins=bins,
+        bins=None if stft else x.shape[2] // 2,
+        stft=stft,
         notes=notes,
         softmax=args.softmax,
         product=args.product,
@@ -287,6 +352,12 @@ def main(argv=None):
         f"model: {args.size}, softmax={model.get_layer('encoder_0').softmax}"
         f", product={model.get_layer('encoder_0').product}, "
         f"{model.count_params():,} parameters"
+        + (
+            f" ({model.get_layer('stft').count_params():,} of them the "
+            "STFT's fixed DFT kernels)"
+            if stft is not None
+            else ""
+        )
     )
     callbacks = []
     if args.size == "paper":
@@ -320,6 +391,14 @@ def main(argv=None):
     cvk.export.export_tflite(model, tflite_path)
     report = cvk.export.verify_tflite(tflite_path, model, x_test[:4])
     print(f"saved {model_path}\n{report}")
+    if stft is not None:
+        description = os.path.join(args.output, "music_classifier.json")
+        with open(description, "w") as f:
+            json.dump(describe_file(model, stft), f, indent=2)
+        print(
+            f"{description}: what the file takes. Transcribe a WAV file:\n"
+            f"  python examples/transcribe.py AUDIO.wav --model {tflite_path}"
+        )
     if args.modes:
         rows = tflite_modes(model, args, x, x_test, y_test, ap)
         table = format_modes(rows)
@@ -335,8 +414,8 @@ def main(argv=None):
         attention_map(model, x_test),
         y_test[0],
         prediction.astype(np.float32),
-        f"music_classifier ({args.size}, softmax={args.softmax}, "
-        f"product={args.product}): held-out AP {ap:.3f}",
+        f"music_classifier ({args.size}, {args.input}, softmax="
+        f"{args.softmax}, product={args.product}): held-out AP {ap:.3f}",
     )
     print(f"figure: {figure_path}")
     return ap

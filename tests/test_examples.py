@@ -19,7 +19,37 @@ def test_quickstart():
     assert error < 1e-4
 
 
-def test_train_music(tmp_path):
+def _write_wav(path, x, rate, width=2):
+    """`x` in [-1, 1] as a mono PCM WAV of `width` bytes per sample."""
+    import wave
+
+    import numpy as np
+
+    full = 2.0 ** (8 * width - 1)
+    q = np.clip(np.round(x * full), -full, full - 1).astype("<i4")
+    if width == 1:
+        data = (q + 128).astype(np.uint8).tobytes()
+    elif width == 3:
+        data = q.view(np.uint8).reshape(-1, 4)[:, :3].tobytes()
+    else:
+        data = q.astype({2: "<i2", 4: "<i4"}[width]).tobytes()
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(width)
+        f.setframerate(rate)
+        f.writeframes(data)
+
+
+def test_train_music_then_transcribe(tmp_path):
+    """The default run trains from waveforms; its file transcribes a WAV
+    on LiteRT as the Keras model does."""
+    import json
+
+    import keras
+    import numpy as np
+
+    import cvattn_keras as cvk
+
     ap = _main("train_music.py")(["--smoke", "--output", str(tmp_path)])
     assert 0 <= ap <= 1
     for name in (
@@ -29,6 +59,53 @@ def test_train_music(tmp_path):
         "train_music.png",
     ):
         assert (tmp_path / name).stat().st_size > 0
+    spec = json.loads((tmp_path / "music_classifier.json").read_text())
+    assert spec["input"] == "waveform" and spec["sample_rate"] == 4000
+    model = keras.saving.load_model(tmp_path / "music_classifier.keras")
+    assert model.input.name == "waveform"
+    assert model.input_shape == (None, spec["samples"])
+
+    # 2.5 windows of music at 8 kHz: resampled to the model's 4 kHz.
+    audio, _ = cvk.datasets.synthetic_music(
+        num_samples=1,
+        frames=160,
+        bins=128,
+        sample_rate=8000,
+        seed=3,
+        output="waveform",
+    )
+    x = 0.5 * audio[0] / np.abs(audio[0]).max()
+    _write_wav(tmp_path / "clip.wav", x, 8000)
+    transcribe = runpy.run_path(os.path.join(EXAMPLES, "transcribe.py"))
+    notes = transcribe["main"](
+        [
+            str(tmp_path / "clip.wav"),
+            "--model",
+            str(tmp_path / "music_classifier.tflite"),
+            "--threshold",
+            "0.3",
+        ]
+    )
+    # The same decoding of the Keras model's probabilities.
+    resampled = transcribe["resample"](
+        transcribe["read_wav"](str(tmp_path / "clip.wav"))[0], 8000, 4000
+    )
+    windows = transcribe["windows"](
+        resampled, spec["samples"], spec["frames"], spec["frame_step"]
+    )
+    assert windows.shape == (3, spec["samples"])
+    logits = keras.ops.convert_to_numpy(model(windows)).reshape(-1, 24)
+    probabilities = 1 / (1 + np.exp(-logits[:80].astype(np.float64)))
+    want = transcribe["decode"](probabilities, 0.3, 1, spec)
+    assert [n[:3] for n in notes] == [n[:3] for n in want]
+    np.testing.assert_allclose(
+        [n[3] for n in notes], [n[3] for n in want], atol=1e-4
+    )
+    for suffix in (".notes.csv", ".mid", ".png"):
+        assert (tmp_path / f"clip{suffix}").stat().st_size > 0
+    rows = (tmp_path / "clip.notes.csv").read_text().splitlines()
+    assert rows[0] == "onset_seconds,offset_seconds,midi_pitch,peak_probability"
+    assert len(rows) == len(notes) + 1
     # The modes table: one row per smoke mode, AP measured on LiteRT.
     table = (tmp_path / "tflite_modes.md").read_text().splitlines()
     assert [row.split("|")[1].strip() for row in table[2:]] == [
@@ -105,3 +182,73 @@ def test_compare_variants(tmp_path):
 def test_modulation():
     results = _main("modulation.py")(["--smoke"])
     assert set(results) == {"complex", "real"}
+
+
+def _transcribe():
+    return runpy.run_path(os.path.join(EXAMPLES, "transcribe.py"))
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+def test_transcribe_reads_pcm_wav(tmp_path, rng, width):
+    import numpy as np
+
+    x = np.clip(0.3 * rng.standard_normal(500), -0.99, 0.99)
+    _write_wav(tmp_path / "x.wav", x, 16000, width)
+    got, rate = _transcribe()["read_wav"](str(tmp_path / "x.wav"))
+    assert rate == 16000 and got.dtype == np.float32
+    # Quantization to `width` bytes: half a step of 2 / 2**(8 width).
+    np.testing.assert_allclose(got, x, atol=1.01 / 2.0 ** (8 * width - 1))
+
+
+def test_transcribe_resamples_a_tone():
+    import numpy as np
+
+    t = np.arange(8000) / 8000
+    x = np.sin(2 * np.pi * 440 * t + 0.3)
+    got = _transcribe()["resample"](x, 8000, 4000)
+    want = np.sin(2 * np.pi * 440 * np.arange(4000) / 4000 + 0.3)
+    assert got.shape == (4000,)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_transcribe_decodes_runs_of_frames():
+    import numpy as np
+
+    spec = dict(sample_rate=100, frame_step=10, first_centre=5, lowest_note=60)
+    p = np.zeros((8, 3))
+    p[1:4, 0] = [0.6, 0.9, 0.7]  # frames 1-3: 0.1 to 0.4 s
+    p[5, 0] = 0.8  # one frame: dropped with min_frames=2
+    p[6:8, 2] = 0.55  # to the end: 0.6 to 0.8 s
+    p[2, 1] = 0.5  # not above the threshold
+    notes = _transcribe()["decode"](p, 0.5, 2, spec)
+    assert notes == [(0.1, 0.4, 60, 0.9), (0.6, 0.8, 62, 0.55)]
+    assert len(_transcribe()["decode"](p, 0.5, 1, spec)) == 3
+
+
+def test_transcribe_writes_a_midi_file(tmp_path):
+    notes = [(0.0, 0.5, 60, 1.0), (0.25, 1.0, 64, 0.5)]
+    _transcribe()["write_midi"](str(tmp_path / "x.mid"), notes)
+    data = (tmp_path / "x.mid").read_bytes()
+    assert data[:14] == b"MThd\x00\x00\x00\x06\x00\x00\x00\x01\x01\xe0"
+    track = data[22:]
+    assert data[14:18] == b"MTrk"
+    assert int.from_bytes(data[18:22], "big") == len(track)
+    # Delta times at 960 ticks per second: on 60 at 0, on 64 at 240,
+    # off 60 at 480, off 64 at 960.
+    events, i, tick = [], 7, 0  # after the tempo event
+    while track[i : i + 3] != b"\x00\xff\x2f":
+        delta = 0
+        while True:
+            delta = (delta << 7) | (track[i] & 0x7F)
+            i += 1
+            if track[i - 1] < 0x80:
+                break
+        tick += delta
+        events.append((tick, track[i], track[i + 1], track[i + 2]))
+        i += 3
+    assert events == [
+        (0, 0x90, 60, 127),
+        (240, 0x90, 64, 64),
+        (480, 0x80, 60, 0),
+        (960, 0x80, 64, 0),
+    ]
