@@ -11,9 +11,18 @@ TensorFlow, `jax.jit` on JAX), round-robin, the median of `--repeats`
 calls each. The crossover sets `stft.AUTO_FFT_MIN_LENGTH`; `auto/keras`
 is the default layer against `keras.ops.stft` (the issue's goal: <= 1).
 
+`--backward` times forward + backward instead: the gradient of `sum(y**2)`
+with respect to the waveform and, for the layer, its kernels (the conv
+route built `trainable=True`, a learned front end; the FFT route has no
+kernels), against the same gradient through the peers.
+
+`--litert` (TensorFlow) times the TFLite files instead, on the LiteRT
+interpreter with one thread, one waveform: the convolution (every mode's
+route) against `implementation="fft"` (RFFT2D, float files only).
+
 Run:  KERAS_BACKEND=tensorflow|jax python benchmarks/stft_crossover.py
           [--lengths 256,512,1024,2048] [--batch 8] [--samples 32000]
-          [--repeats 15] [--inverse] [--json PATH]
+          [--repeats 15] [--inverse | --backward | --litert] [--json PATH]
 
 About a minute per backend on 2 CPU cores.
 """
@@ -67,20 +76,108 @@ def _compiled_function(function):
     return function
 
 
+def _peer_function(name, n):
+    """The uncompiled peer `name` at `n` points: `x -> (Re, Im)` (Keras)
+    or a complex tensor (TensorFlow)."""
+    if name == "keras.ops.stft":
+        return lambda x: keras.ops.stft(x, n, n // 4, n)
+    import tensorflow as tf
+
+    return lambda x: tf.signal.stft(x, n, n // 4, n)
+
+
 def _peers(n):
-    """The backend's own STFTs of the same frames (forward only)."""
-    peers = {
-        "keras.ops.stft": _compiled_function(
-            lambda x: keras.ops.stft(x, n, n // 4, n)
-        )
-    }
+    """The backend's own STFTs of the same frames, compiled."""
+    names = ["keras.ops.stft"]
+    if keras.backend.backend() == "tensorflow":
+        names.append("tf.signal.stft")
+    return {name: _compiled_function(_peer_function(name, n)) for name in names}
+
+
+def _energy(y):
+    """`sum |y|^2` of a stacked output, a `(real, imag)` pair or a complex
+    tensor."""
+    if isinstance(y, (tuple, list)):
+        return sum(keras.ops.sum(part**2) for part in y)
+    if "complex" in str(y.dtype):
+        import tensorflow as tf
+
+        return tf.reduce_sum(tf.math.real(y * tf.math.conj(y)))
+    return keras.ops.sum(y**2)
+
+
+def _gradient(function, weights=()):
+    """Compiled `x -> gradients of sum |function(x)|^2` with respect to
+    `x` and, for a layer, its variables `weights` (TensorFlow, JAX)."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
-        peers["tf.signal.stft"] = _compiled_function(
-            lambda x: tf.signal.stft(x, n, n // 4, n)
+        def run(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                loss = _energy(function(x))
+            return tape.gradient(loss, [x] + list(weights))
+
+        return tf.function(run, jit_compile=True)
+    import jax
+
+    def loss(values, x):
+        if weights:  # a layer: its kernels as arguments
+            return _energy(function.stateless_call(values, [], x)[0])
+        return _energy(function(x))
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    values = [v.value for v in weights]
+    return lambda x: grad(values, x)
+
+
+def _litert_ms(layer, samples, repeats):
+    """Median LiteRT latency (ms, one thread, one waveform) of the float32
+    file of `layer`, and its ops."""
+    import tempfile
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    from cvattn_keras import export
+
+    model = keras.Sequential([keras.Input((samples,)), layer])
+    with tempfile.TemporaryDirectory() as folder:
+        path = export.export_tflite(model, os.path.join(folder, "f.tflite"))
+        ops = export.verify_tflite(
+            path, model, np.zeros((1, samples), "float32")
+        ).ops
+        runner = Interpreter(model_path=path, num_threads=1)
+        runner = runner.get_signature_runner()
+    (name,) = runner.get_input_details()
+    x = np.random.default_rng(0).standard_normal((1, samples))
+    feed = {name: x.astype("float32")}
+    runner(**feed)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        runner(**feed)
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(np.median(times)), ops
+
+
+def _litert_rows(args):
+    print(
+        f"ComplexSTFT TFLite files (float32), LiteRT 1 thread, 1 waveform "
+        f"of {args.samples} samples, hop N/4, ms (median)"
+    )
+    rows = []
+    for n in [int(v) for v in args.lengths.split(",")]:
+        ms = {}
+        for route in ("conv", "fft"):
+            layer = ComplexSTFT(n, n // 4, implementation=route)
+            ms[route], ops = _litert_ms(layer, args.samples, args.repeats)
+            assert ("RFFT2D" in ops) == (route == "fft"), ops
+        rows.append(dict(fft_length=n, ms=ms))
+        print(
+            f"N={n:5d}  conv (CONV_2D) {ms['conv']:7.2f}  fft (RFFT2D) "
+            f"{ms['fft']:7.2f}  conv/fft {ms['conv'] / ms['fft']:5.2f}"
         )
-    return peers
+    return rows
 
 
 def _block(y):
@@ -93,9 +190,19 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--samples", type=int, default=32000)
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--inverse", action="store_true")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--inverse", action="store_true")
+    modes.add_argument("--backward", action="store_true")
+    modes.add_argument("--litert", action="store_true")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
+    if args.litert:
+        if keras.backend.backend() != "tensorflow":
+            parser.error("--litert converts with TensorFlow: run it there")
+        _write(args, "ComplexSTFT (LiteRT)", _litert_rows(args))
+        return
+    if args.backward and keras.backend.backend() not in ("tensorflow", "jax"):
+        parser.error("--backward runs on TensorFlow and JAX")
     waveform = np.random.default_rng(0).standard_normal(
         (args.batch, args.samples)
     )
@@ -103,7 +210,8 @@ def main():
     cls = ComplexISTFT if args.inverse else ComplexSTFT
     print(
         f"{cls.__name__}, backend {keras.backend.backend()}, batch "
-        f"{args.batch}, {args.samples} samples, hop N/4, forward, ms "
+        f"{args.batch}, {args.samples} samples, hop N/4, "
+        f"{'forward + backward' if args.backward else 'forward'}, ms "
         "(median)"
     )
     rows = []
@@ -111,11 +219,23 @@ def main():
         runs = {}
         x = ComplexSTFT(n, n // 4)(waveform) if args.inverse else waveform
         for route in ("conv", "fft"):
-            layer = cls(n, n // 4, implementation=route)
+            learned = args.backward and route == "conv"
+            layer = cls(n, n // 4, implementation=route, trainable=learned)
             layer.build(tuple(x.shape))
-            runs[route] = _compiled(layer)
+            if args.backward:
+                runs[route] = _gradient(layer, layer.trainable_variables)
+            else:
+                runs[route] = _compiled(layer)
         if not args.inverse:
-            runs.update(_peers(n))
+            peers = _peers(n)
+            if args.backward:
+                peers = {
+                    name: _gradient(
+                        lambda x, n=n, name=name: _peer_function(name, n)(x)
+                    )
+                    for name in peers
+                }
+            runs.update(peers)
         for run in runs.values():
             _block(run(x))  # compile
         times = {name: [] for name in runs}
@@ -134,15 +254,20 @@ def main():
             text += f"  auto/keras {row['auto_over_keras']:5.2f}"
         print(f"N={n:5d}  {text}")
         rows.append(row)
+    what = cls.__name__ + (" forward + backward" if args.backward else "")
+    _write(args, what, rows)
+
+
+def _write(args, what, rows):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
                 dict(
-                    layer=cls.__name__,
+                    layer=what,
                     backend=keras.backend.backend(),
                     machine=platform.processor() or platform.machine(),
                     cpus=os.cpu_count(),
-                    batch=args.batch,
+                    batch=1 if args.litert else args.batch,
                     samples=args.samples,
                     repeats=args.repeats,
                     rows=rows,

@@ -15,13 +15,17 @@ the integer kernels:
 
 - `exporting()`: True throughout `for_export`; complex products then
   never take Gauss's three-product form (`complex.use_gauss`).
+- `float_activations()`: False for the calibrated (integer) modes; a
+  `ComplexSTFT(implementation="fft")` keeps its FFT (the builtin RFFT2D)
+  only in float files.
 - `lookup_masks()`: masks become 0/1 multipliers by a table lookup
   (`GATHER` of `[0, 1]` at the mask cast to int32) instead of a select
   (`SELECT_V2`), which TFLite's 16-bit activation mode lacks; only for
   int16x8 files (the GPU delegate takes 1-D gather indices only).
 
-Outside `for_export` all four are False. Masking has its own, public, context:
-`cvattn_keras.attention.portable_masking`, which `for_export` does not set.
+Outside `for_export` all are False but `float_activations()`. Masking has
+its own, public, context: `cvattn_keras.attention.portable_masking`, which
+`for_export` does not set.
 """
 
 import contextlib
@@ -31,6 +35,7 @@ _EXPORTING = contextvars.ContextVar("exporting", default=False)
 _WEIGHTS_ONCE = contextvars.ContextVar("weights_once", default=False)
 _PLAIN_STATISTICS = contextvars.ContextVar("plain_statistics", default=False)
 _LOOKUP_MASKS = contextvars.ContextVar("lookup_masks", default=False)
+_FLOAT_ACTIVATIONS = contextvars.ContextVar("float_activations", default=True)
 # False within `cvattn_keras.attention.portable_masking` (public, set by the
 # exporter): masked scores are then never filled with a constant near the
 # float limit, and negations are products with -1 (`complex.negative`).
@@ -54,6 +59,13 @@ def plain_statistics():
     return _PLAIN_STATISTICS.get()
 
 
+def float_activations():
+    """Whether the file being traced computes in float (float32, float16
+    and dynamic_int8 files; False for the calibrated, integer modes):
+    `ComplexSTFT(implementation="fft")` may then keep its FFT (RFFT2D)."""
+    return _FLOAT_ACTIVATIONS.get()
+
+
 def fill_masked():
     """Whether masked scores may be filled with a constant near the float
     limit (False within `attention.portable_masking`)."""
@@ -71,19 +83,27 @@ def lookup_masks():
 
 
 @contextlib.contextmanager
-def for_export(plain_statistics=False, weights_once=True, lookup_masks=False):
+def for_export(
+    plain_statistics=False,
+    weights_once=True,
+    lookup_masks=False,
+    float_activations=True,
+):
     """Within this context, layers trace for a TFLite file:
     `weights_once()` is `weights_once`, `plain_statistics()` is
-    `plain_statistics` and `lookup_masks()` is `lookup_masks`."""
+    `plain_statistics`, `lookup_masks()` is `lookup_masks` and
+    `float_activations()` is `float_activations`."""
     tokens = (
         _WEIGHTS_ONCE.set(bool(weights_once)),
         _PLAIN_STATISTICS.set(bool(plain_statistics)),
         _EXPORTING.set(True),
         _LOOKUP_MASKS.set(bool(lookup_masks)),
+        _FLOAT_ACTIVATIONS.set(bool(float_activations)),
     )
     try:
         yield
     finally:
+        _FLOAT_ACTIVATIONS.reset(tokens[4])
         _LOOKUP_MASKS.reset(tokens[3])
         _EXPORTING.reset(tokens[2])
         _PLAIN_STATISTICS.reset(tokens[1])

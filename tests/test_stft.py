@@ -345,8 +345,19 @@ def test_auto_implementation(cls):
     assert not cls(128, 32)._use_fft()
     assert not cls(512, 128, trainable=True)._use_fft()
     with cvk._tracing.for_export():
-        assert not layer._use_fft()
-        assert not cls(512, 128, implementation="fft")._use_fft()
+        assert not layer._use_fft()  # "auto": the convolution in a file
+        fft = cls(512, 128, implementation="fft")
+        if cls is ComplexSTFT:
+            assert fft._use_fft()  # RFFT2D, in a float file
+            with pytest.warns(UserWarning, match="power-of-two lengths"):
+                assert not cls(500, 125, implementation="fft")._use_fft()
+        else:
+            with pytest.warns(UserWarning, match="no inverse FFT"):
+                assert not fft._use_fft()
+    with cvk._tracing.for_export(float_activations=False):
+        why = "no integer kernel" if cls is ComplexSTFT else "no inverse"
+        with pytest.warns(UserWarning, match=why):
+            assert not cls(512, 128, implementation="fft")._use_fft()
     # Unfrozen later (a parent model's fine-tuning): still the DFT, on its
     # route; built trainable: the convolution for good, in the config.
     layer.trainable = True
@@ -450,6 +461,32 @@ def test_exports_builtin_only(rng, tmp_path, inverse):
     assert "RFFT2D" not in report.ops and "CONV_2D" in report.ops
     assert ("TRANSPOSE_CONV" in report.ops) == inverse
     assert report.max_rel_error <= 1e-4
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.slow
+def test_fft_route_exports_as_rfft2d_in_float_files(rng, tmp_path):
+    # implementation="fft": the builtin RFFT2D (+ REAL, IMAG) in a float
+    # file; in a calibrated file the convolution, with a warning.
+    stft = ComplexSTFT(512, 128, bins=(0, 200), implementation="fft")
+    model = keras.Sequential([keras.Input((4000,)), stft])
+    x = rng.standard_normal((2, 4000)).astype("float32")
+    path = cvk.export.export_tflite(model, tmp_path / "fft.tflite")
+    report = cvk.export.verify_tflite(path, model, x)
+    assert report.builtin_only, report
+    assert {"RFFT2D", "REAL", "IMAG"} <= set(report.ops), report.ops
+    assert "CONV_2D" not in report.ops
+    # Measured 1.4e-7 relative to the largest bin.
+    assert report.max_rel_error <= 1e-5
+    with pytest.warns(UserWarning, match="no integer kernel"):
+        path = cvk.export.export_tflite(
+            model,
+            tmp_path / "int8.tflite",
+            quantization="int8",
+            representative_data=x,
+        )
+    ops = cvk.export.verify_tflite(path, model, x).ops
+    assert "RFFT2D" not in ops and "CONV_2D" in ops
 
 
 @pytest.mark.tensorflow_only

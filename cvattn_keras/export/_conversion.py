@@ -314,6 +314,7 @@ def _convert(
                 plain_statistics=quantization in _CALIBRATED,
                 weights_once=weights_once,
                 lookup_masks=quantization == "int16x8",
+                float_activations=quantization not in _CALIBRATED,
             ),
         ):
             model.export(

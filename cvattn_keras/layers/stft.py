@@ -1,5 +1,7 @@
 """ComplexSTFT and ComplexISTFT: the waveform in and out of the model."""
 
+import warnings
+
 import keras
 import numpy as np
 from keras import ops
@@ -106,14 +108,47 @@ class _STFTBase(keras.layers.Layer):
                 ),
             )
 
+    # Whether a TFLite file may hold this transform's FFT (RFFT2D): the
+    # forward transform's, in float files; TFLite has no inverse FFT.
+    _fft_in_tflite = False
+
     def _use_fft(self):
         """The route: the convolution when trainable, or traced for
-        export."""
-        if self.implementation == "conv" or _tracing.exporting():
+        export (but an explicit "fft" in a float file, see ComplexSTFT)."""
+        if self.implementation == "conv":
             return False
+        if _tracing.exporting():
+            return self._export_fft()
         if self.implementation == "fft":
             return True
         return self.fft_length >= sf.AUTO_FFT_MIN_LENGTH
+
+    def _export_fft(self):
+        """Whether a traced TFLite file takes the FFT route: only when asked
+        (`implementation="fft"`), for the forward transform, in a float
+        file, with a power-of-two `fft_length` (RFFT2D's); the
+        convolution otherwise, with a warning when "fft" was asked."""
+        if self.implementation != "fft":
+            return False
+        why = None
+        if not self._fft_in_tflite:
+            why = "TFLite has no inverse FFT (IRFFT) builtin"
+        elif not _tracing.float_activations():
+            why = "RFFT2D has no integer kernel (a calibrated mode)"
+        elif self.fft_length & (self.fft_length - 1):
+            why = (
+                "RFFT2D takes power-of-two lengths only (fft_length="
+                f"{self.fft_length})"
+            )
+        if why is None:
+            return True
+        warnings.warn(
+            f"{type(self).__name__} {self.name!r} (implementation='fft') "
+            f"is exported as a convolution: {why}. The numbers are the "
+            "same within float32 rounding.",
+            stacklevel=2,
+        )
+        return False
 
     def _float32_kernels(self):
         return (
@@ -182,9 +217,18 @@ class ComplexSTFT(_STFTBase):
       1024: 8.3 / 2.5, 2048: 20 / 3.1 (the convolution's cost grows with
       the bins kept, the FFT's does not). The convolution always when the
       layer is trainable (the FFT route has no kernels to learn) and
-      whenever the layer is traced for a TFLite
-      file (`cvattn_keras.export`, every mode: the builtin RFFT2D is
-      float-only, power-of-two only and has no GPU-delegate kernel).
+      when the layer is traced for a TFLite file (`cvattn_keras.export`):
+      the one route of every mode and delegate.
+
+    In a TFLite file, `implementation="fft"` (asked explicitly) keeps the
+    FFT as the builtin RFFT2D (+ REAL, IMAG) in float files (float32,
+    float16, dynamic_int8) when `fft_length` is a power of two: faster on
+    a CPU from 512 points, but float-only and without a GPU-delegate
+    kernel. Elsewhere (a calibrated mode, another length) the file takes
+    the convolution, with a warning. Measured on LiteRT, one thread, one
+    waveform of 16000 samples, hop `N / 4`, every bin (CONV_2D / RFFT2D,
+    ms; `benchmarks/stft_crossover.py --litert`): 256: 0.41 / 0.55, 512:
+    0.75 / 0.55, 1024: 1.65 / 0.58, 2048: 3.77 / 0.59.
 
     Precision: the transform always runs in float32, with float32 kernels,
     whatever the dtype policy (a 2048-point sum in float16 keeps about 3
@@ -220,7 +264,8 @@ class ComplexSTFT(_STFTBase):
             its config too), since its kernels may move away from the
             DFT's; `trainable=True` with `implementation="fft"` is a
             `ValueError`. The config's `trainable` is this argument.
-        implementation: `"auto"`, `"conv"` or `"fft"`, as above.
+        implementation: `"auto"`, `"conv"` or `"fft"`, as above (in
+            training and in TFLite files).
         allow_gaps: allow `frame_step > frame_length`. Defaults to `False`.
         **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
 
@@ -250,6 +295,7 @@ class ComplexSTFT(_STFTBase):
     """
 
     _kernel_fn = staticmethod(sf.dft_kernels)
+    _fft_in_tflite = True
 
     def __init__(self, frame_length, frame_step, **kwargs):
         super().__init__(frame_length, frame_step, **kwargs)
@@ -401,7 +447,8 @@ class ComplexISTFT(_STFTBase):
             otherwise, for `T` frames: pass the STFT's input length to get
             it back exactly (a centred STFT of `L` samples has `1 + L //
             frame_step` frames).
-        implementation: `"auto"`, `"conv"` or `"fft"`, as above.
+        implementation: `"auto"`, `"conv"` or `"fft"`, as above (in
+            training and in TFLite files).
         **kwargs: base `Layer` arguments.
 
     Input shape:
