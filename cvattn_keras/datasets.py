@@ -157,28 +157,9 @@ def _short_repr(value, limit=200):
 def _music_stft(stft, bins):
     """`synthetic_music`'s `stft` as a `ComplexSTFT` (`None`: the
     spectra's)."""
-    from cvattn_keras.layers import ComplexSTFT
+    from cvattn_keras.layers.stft import as_stft
 
-    if stft is None:
-        return synthetic_music_stft(bins)
-    if isinstance(stft, ComplexSTFT):
-        return stft
-    if not isinstance(stft, dict):
-        raise ValueError(
-            "`stft` must be a ComplexSTFT layer, a dict of its get_config() "
-            f"or None. Received: stft={_short_repr(stft)}"
-        )
-    try:
-        return ComplexSTFT.from_config(stft)
-    except (TypeError, ValueError) as error:
-        # Keras wraps the constructor's error in a TypeError; name that.
-        cause = error.__context__ if type(error) is TypeError else None
-        raise ValueError(
-            "`stft` must be a ComplexSTFT config that "
-            f"ComplexSTFT.from_config accepts; it raised "
-            f"{type(cause or error).__name__}: {cause or error}. Received: "
-            f"stft={_short_repr(stft)}"
-        ) from error
+    return synthetic_music_stft(bins) if stft is None else as_stft(stft)
 
 
 def _frame_centres(stft, length, frames, bins):

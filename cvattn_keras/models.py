@@ -44,6 +44,7 @@ import numpy as np
 from cvattn_keras import _validation as check
 from cvattn_keras import layers as cl
 from cvattn_keras.layers import transformer as _transformer
+from cvattn_keras.layers.stft import as_stft
 
 __all__ = [
     "FEEDBACKS",
@@ -63,30 +64,8 @@ _PAPER_BINS = 2048
 
 
 def _stft_layer(stft):
-    """`stft` (a `ComplexSTFT`, its `get_config()` or its serialized
-    form) as a `ComplexSTFT`, or `None`."""
-    if stft is None or isinstance(stft, cl.ComplexSTFT):
-        return stft
-    if isinstance(stft, dict):
-        if "class_name" in stft:
-            layer = keras.saving.deserialize_keras_object(stft)
-        else:
-            try:
-                layer = cl.ComplexSTFT.from_config({"name": "stft", **stft})
-            except TypeError as error:  # Keras wraps the layer's error
-                cause = error.__context__ or error
-                raise ValueError(
-                    f"`stft` does not make a ComplexSTFT: {cause} "
-                    f"Received: stft={stft!r:.300}"
-                ) from error
-        if isinstance(layer, cl.ComplexSTFT):
-            return layer
-        stft = layer
-    raise ValueError(
-        "`stft` must be a `cvattn_keras.layers.ComplexSTFT`, the dict of "
-        "its `get_config()`, or None (the model takes spectra). Received: "
-        f"stft of type {type(stft).__name__}"
-    )
+    """`stft` as a `ComplexSTFT`, or `None`."""
+    return None if stft is None else as_stft(stft)
 
 
 def _inputs(frames, bins, stft, name):

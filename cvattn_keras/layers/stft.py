@@ -20,6 +20,37 @@ def _constant(value):
     return initializer
 
 
+def as_stft(stft):
+    """`stft` as a `ComplexSTFT`: the layer itself, the dict of its
+    `get_config()` (named `"stft"` unless it says) or its serialized form
+    (`keras.saving.serialize_keras_object`); a `ValueError` naming `stft`
+    otherwise. For the builders and datasets that take `stft=`."""
+    text = repr(stft)
+    text = text if len(text) <= 200 else text[:197] + "..."
+    if isinstance(stft, ComplexSTFT):
+        return stft
+    if isinstance(stft, dict):
+        try:
+            if "class_name" in stft:
+                stft = keras.saving.deserialize_keras_object(stft)
+            else:
+                stft = ComplexSTFT.from_config({"name": "stft", **stft})
+        except (TypeError, ValueError) as error:
+            # Keras wraps the constructor's error in a TypeError.
+            cause = error.__context__ if type(error) is TypeError else None
+            raise ValueError(
+                "`stft` must be a ComplexSTFT config that ComplexSTFT "
+                f"accepts; it raised {type(cause or error).__name__}: "
+                f"{cause or error} Received: stft={text}"
+            ) from error
+        if isinstance(stft, ComplexSTFT):
+            return stft
+    raise ValueError(
+        "`stft` must be a `cvattn_keras.layers.ComplexSTFT`, the dict of its "
+        f"`get_config()` or its serialized form. Received: stft={text}"
+    )
+
+
 def _window_config(window):
     return window if isinstance(window, str) else np.asarray(window).tolist()
 
