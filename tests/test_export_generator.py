@@ -106,6 +106,48 @@ def test_generation_on_litert_equals_keras_every_backend(real_file, feedback):
     assert np.ptp(logits) > 0.1  # a test that could fail
 
 
+@pytest.fixture(scope="module")
+def waveform_file(tmp_path_factory):
+    """A generator built with `stft=`: its STFT (20 points, hop 5, bins 1
+    to 10) in the file, whose `encode` takes the waveform."""
+    from cvattn_keras.layers import ComplexSTFT
+
+    keras.utils.set_random_seed(13)
+    model = models.music_generator(
+        source_frames=SOURCE,
+        target_frames=TARGET,
+        notes=NOTES,
+        embed_dim=EMBED,
+        num_heads=HEADS,
+        num_layers=1,
+        head_dim=8,
+        frontend_filters=(2, 4),
+        frontend_kernel_sizes=(3, 3),
+        stft=ComplexSTFT(20, 5, bins=(1, 11), name="stft"),
+    )
+    path = tmp_path_factory.mktemp("generator") / "waveform.tflite"
+    return model, export_generator_tflite(model, path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("feedback", models.FEEDBACKS)
+def test_waveform_generation_on_litert_equals_keras(waveform_file, feedback):
+    model, path = waveform_file
+    samples = models.waveform_length(model.get_layer("stft"), SOURCE)
+    assert model.input_shape[0] == (None, samples) == (None, 20)
+    waveforms = np.random.default_rng(1).standard_normal((2, samples))
+    logits = _check_same_decoding(
+        model, path, waveforms.astype("float32"), feedback
+    )
+    assert np.ptp(logits) > 0.1
+    encode = _describe(path)["encode"]["inputs"]
+    assert encode == {"waveform": ((1, samples), "float32")}
+    with pytest.raises(ValueError, match=r"\(B, 20\).*'waveform'"):
+        generate_tflite(path, waveforms[:, :19])
+    with pytest.raises(ValueError, match="source_frames=4"):
+        export_generator_tflite(model, path, source_frames=4)
+
+
 @pytest.mark.slow
 @pytest.mark.tensorflow_only
 def test_signatures_names_shapes_dtypes_and_builtin_ops(real_file, abs_file):

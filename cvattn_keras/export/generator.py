@@ -14,7 +14,8 @@ S encoder frames, T = `max_frames`, N heads of `key_dim` H, E features;
 float32 but `index`, and the caches and encoder states in the model's
 compute dtype, float32 unless it runs under mixed precision):
 
-- `encode`: `spectra` `(B, S, 2 * bins)` ->
+- `encode`: `spectra` `(B, S, 2 * bins)` (`waveform` `(B, samples)` for
+  a model built with `stft=`, its STFT in the file) ->
   `encoder_states` `(B, S, 2E)` (the encoder's output) and
   `cross_cache` `(B, L, 2, S, N, 2H)` (every decoder's cross-attention
   keys and values, computed once here instead of at every step);
@@ -48,6 +49,7 @@ import numpy as np
 from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import attention as core
+from cvattn_keras import layers as cl
 from cvattn_keras import models
 from cvattn_keras.export._arguments import _check_model
 from cvattn_keras.export._arguments import _check_output
@@ -151,27 +153,47 @@ def _check_generator(model):
     return decoders
 
 
-def _layout(model, batch_size, max_frames, source_frames):
-    """The signatures' static shapes, as a dict of name -> shape."""
-    decoders = _check_generator(model)
-    batch_size = check.positive_int(batch_size, "batch_size")
-    _, model_sources, channels = model.inputs[0].shape
-    _, target_frames, notes = model.inputs[1].shape
-    source_frames = check.positive_int(source_frames, "source_frames", True)
+def _source_shape(model, source_frames):
+    """The encoder input's shape without the batch: `(S, 2 * bins)`, or
+    `(samples,)` for a model built with `stft=` (its samples from
+    `source_frames` frames, by `models.waveform_length`)."""
+    shape = tuple(model.inputs[0].shape)[1:]
+    waveform = len(shape) == 1
+    length = shape[0]
+    what = "waveforms" if waveform else "spectra"
     if source_frames is None:
-        if model_sources is None:
+        if length is None:
             raise ValueError(
-                "`model` takes spectra of any length; give their length "
-                "in the file as `source_frames`. Received: "
+                f"`model` takes {what} of any length; give the number of "
+                "source frames in the file as `source_frames`. Received: "
                 "source_frames=None"
             )
-        source_frames = model_sources
-    elif model_sources is not None and source_frames != model_sources:
+        return shape
+    wanted = source_frames
+    if waveform:
+        (stft,) = [
+            layer
+            for layer in model.layers
+            if isinstance(layer, cl.ComplexSTFT)
+        ]
+        wanted = models.waveform_length(stft, source_frames)
+    if length is not None and wanted != length:
+        frames = f"{length} samples" if waveform else f"input length {length}"
         raise ValueError(
-            f"`source_frames` must be the model's input length "
-            f"{model_sources} (or None). Received: "
-            f"source_frames={source_frames}"
+            f"`source_frames` must give the model's {frames} (or be "
+            f"None). Received: source_frames={source_frames}"
         )
+    return (wanted,) + shape[1:]
+
+
+def _layout(model, batch_size, max_frames, source_frames):
+    """The signatures' static shapes, as a dict of name -> shape (the
+    encoder's input under its name, `spectra` or `waveform`)."""
+    decoders = _check_generator(model)
+    batch_size = check.positive_int(batch_size, "batch_size")
+    _, target_frames, notes = model.inputs[1].shape
+    source_frames = check.positive_int(source_frames, "source_frames", True)
+    source = (batch_size,) + _source_shape(model, source_frames)
     if max_frames is None:
         if target_frames is None:
             raise ValueError(
@@ -186,9 +208,8 @@ def _layout(model, batch_size, max_frames, source_frames):
             "target_frames: the positions it was built for). Received: "
             f"max_frames={max_frames}"
         )
-    spectra = keras.KerasTensor((batch_size, source_frames, channels))
     encoder = models._CachedDecoding(model, 1, "logits", 0.0).encoder
-    memory = encoder.compute_output_spec(spectra)
+    memory = encoder.compute_output_spec(keras.KerasTensor(source))
     memory_length = memory.shape[1]
     first = decoders[0]
     self_heads = (
@@ -201,7 +222,7 @@ def _layout(model, batch_size, max_frames, source_frames):
     )
     layers = len(decoders)
     return {
-        "spectra": (batch_size, source_frames, channels),
+        _source_name(model): source,
         "encoder_states": tuple(memory.shape),
         "cross_cache": (batch_size, layers, 2, memory_length) + cross_heads,
         "self_cache": (batch_size, layers, 2, max_frames) + self_heads,
@@ -209,6 +230,12 @@ def _layout(model, batch_size, max_frames, source_frames):
         "index": (),
         "logits": (batch_size, 1, notes),
     }
+
+
+def _source_name(model):
+    """The `encode` signature's input: `waveform` for a model built with
+    `stft=`, `spectra` otherwise."""
+    return "waveform" if len(model.inputs[0].shape) == 2 else "spectra"
 
 
 # ----------------------------------------------------------------------
@@ -249,9 +276,10 @@ def export_generator_tflite(
         max_frames: positive int, the frames the file decodes at most
             (the self-attention cache's length), at most the model's
             `target_frames`; defaults to `target_frames`.
-        source_frames: the spectra's length, needed only for a model
-            built with `source_frames=None`; otherwise None or the
-            model's.
+        source_frames: the encoder's frames (the spectra's length, or
+            the frames of a waveform model's STFT, whose samples follow
+            by `models.waveform_length`), needed only for a model built
+            with `source_frames=None`; otherwise None or the model's.
         overwrite: whether to replace an existing file at `path`.
 
     Returns:
@@ -282,7 +310,10 @@ def export_generator_tflite(
     shapes = _layout(model, batch_size, max_frames, source_frames)
     if keras.backend.backend() != "tensorflow":
         flatbuffer = _convert_in_subprocess(
-            model, quantization, shapes["self_cache"], shapes["spectra"]
+            model,
+            quantization,
+            shapes["self_cache"],
+            shapes["encoder_states"][1],
         )
     else:
         flatbuffer = _convert(model, quantization, shapes)
@@ -300,13 +331,23 @@ def _convert(model, quantization, shapes):
     decoding = models._CachedDecoding(model, 1, "logits", 0.0)
     memory_shape = shapes["encoder_states"]
 
-    def encode(spectra):
-        memory = decoding.encoder(spectra, training=False)
+    def encode_source(source):
+        memory = decoding.encoder(source, training=False)
         caches = decoding.cross_caches(memory)
         return {
             "encoder_states": memory,
             "cross_cache": ops.stack(caches, axis=1),
         }
+
+    # The signature's input takes the argument's name.
+    def encode_spectra(spectra):
+        return encode_source(spectra)
+
+    def encode_waveform(waveform):
+        return encode_source(waveform)
+
+    source = _source_name(model)
+    encode = encode_waveform if source == "waveform" else encode_spectra
 
     def decode_step(cross_cache, self_cache, previous_notes, index):
         layers = self_cache.shape[1]
@@ -344,7 +385,7 @@ def _convert(model, quantization, shapes):
         ):
             signatures = {
                 "encode": tf.function(
-                    encode, input_signature=[spec("spectra")], autograph=False
+                    encode, input_signature=[spec(source)], autograph=False
                 ).get_concrete_function(),
                 "decode_step": tf.function(
                     decode_step,
@@ -387,7 +428,7 @@ _CHILD = (
 )
 
 
-def _convert_in_subprocess(model, quantization, self_cache, spectra):
+def _convert_in_subprocess(model, quantization, self_cache, source_frames):
     """The file with both signatures, converted from a saved copy of
     `model` by `_main` in a TensorFlow subprocess."""
 
@@ -402,7 +443,7 @@ def _convert_in_subprocess(model, quantization, self_cache, spectra):
             "--max-frames",
             str(self_cache[3]),
             "--source-frames",
-            str(spectra[1]),
+            str(source_frames),
             "--error-file",
             error_file,
         ]
@@ -534,8 +575,11 @@ def generate_tflite(
 
     Args:
         path: the `.tflite` file.
-        spectra: `(B, source_frames, 2 * bins)`, any B: decoded in chunks
-            of the file's batch size (the last chunk padded with zeros).
+        spectra: `(B, source_frames, 2 * bins)`, or the waveforms `(B,
+            samples)` of a file exported from a model built with `stft=`
+            (its `encode` input is then `waveform`), any B: decoded in
+            chunks of the file's batch size (the last chunk padded with
+            zeros).
         threshold: probability above which a note is on.
         steps: frames to decode, at most the file's `max_frames` (its
             default).
@@ -559,7 +603,8 @@ def generate_tflite(
             f"`threshold` must be in (0, 1). Received: threshold={threshold}"
         )
     encode, decode = _runners(path, num_threads)
-    spectra_shape = tuple(encode.get_input_details()["spectra"]["shape"])
+    ((source, detail),) = encode.get_input_details().items()
+    spectra_shape = tuple(detail["shape"])
     decode_inputs = decode.get_input_details()
     cache_shape = tuple(decode_inputs["self_cache"]["shape"])
     cache_dtype = decode_inputs["self_cache"]["dtype"]
@@ -577,14 +622,14 @@ def generate_tflite(
         )
     spectra = np.asarray(keras.ops.convert_to_numpy(spectra), np.float32)
     if (
-        spectra.ndim != 3
+        spectra.ndim != len(spectra_shape)
         or spectra.shape[1:] != spectra_shape[1:]
         or not len(spectra)
     ):
+        wanted = ", ".join(["B"] + [str(d) for d in spectra_shape[1:]])
         raise ValueError(
-            "`spectra` must have shape (B, "
-            f"{spectra_shape[1]}, {spectra_shape[2]}) with B >= 1. "
-            f"Received: spectra.shape={spectra.shape}"
+            f"`spectra` must have shape ({wanted}) with B >= 1 (the file's "
+            f"{source!r} input). Received: spectra.shape={spectra.shape}"
         )
     cut = np.log(threshold / (1 - threshold))
     count = len(spectra)
@@ -595,7 +640,7 @@ def generate_tflite(
         if size < batch:
             pad = np.zeros((batch - size,) + chunk.shape[1:], np.float32)
             chunk = np.concatenate([chunk, pad])
-        cross_cache = encode(spectra=chunk)["cross_cache"]
+        cross_cache = encode(**{source: chunk})["cross_cache"]
         self_cache = np.zeros(cache_shape, cache_dtype)
         previous = np.zeros(notes_shape, np.float32)
         for index in range(steps):
