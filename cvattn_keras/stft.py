@@ -365,8 +365,13 @@ def normalize_and_trim(
     squares = ops.ones_like(signal[:1, :1])[..., None] * window**2  # (1,1,fl)
     count = (ops.shape(signal)[1] - frame_length) // frame_step + 1
     envelope = overlap_add(ops.repeat(squares, count, axis=1), frame_step)
-    # Where no window reaches, the frames are 0 too: the floor avoids 0/0.
-    signal = signal / ops.maximum(envelope, 1e-30)
+    # As the static path: samples the windows barely reach (the envelope
+    # below NOLA_TOLERANCE of its peak, the edges without centring) are
+    # 0, not a division by almost nothing; the double `where` keeps the
+    # gradient finite there.
+    reached = envelope > NOLA_TOLERANCE * ops.max(envelope)
+    inverse = ops.where(reached, 1 / ops.where(reached, envelope, 1), 0)
+    signal = signal * inverse
     return _trimmer(frame_length, fft_length, center, length)(signal)
 
 
