@@ -1,10 +1,20 @@
-"""Micro-averaged average precision, the paper's MusicNet metric."""
+"""Micro-averaged average precision, the paper's MusicNet metric, as a
+streaming Keras metric; and the transcription field's scores on whole
+arrays (`transcription_scores`, with `frames_to_notes`'s decoding).
+"""
+
+import warnings
 
 import keras
 import numpy as np
 from keras import ops
 
-__all__ = ["MicroAveragedPrecision"]
+__all__ = [
+    "MicroAveragedPrecision",
+    "average_precision",
+    "frames_to_notes",
+    "transcription_scores",
+]
 
 # What `ops.convert_to_numpy` raises on a traced tensor: TensorFlow's
 # NotImplementedError (a RuntimeError) inside a `tf.function`, JAX's
@@ -332,3 +342,230 @@ def _raise_invalid(*checks):
                 f"`{name}` must be {requirement}. Received: {name} with "
                 f"{found.size} such value(s): [{shown}{more}]"
             )
+
+
+# ----------------------------------------------------------------------
+# Transcription scores on whole arrays (NumPy; mir_eval for the field's
+# frame and note metrics).
+# ----------------------------------------------------------------------
+
+
+def average_precision(labels, scores):
+    """The exact micro-averaged average precision of `scores` against 0/1
+    `labels` (any equal shapes, flattened): `sum_k (R_k - R_{k-1}) P_k`
+    over the distinct scores from the highest down, ties counted together
+    (scikit-learn's `average_precision_score` of the flattened arrays,
+    MusicNet's metric). NaN when no label is 1."""
+    labels = np.asarray(labels, np.float64).ravel()
+    scores = np.asarray(scores, np.float64).ravel()
+    order = np.argsort(-scores, kind="stable")
+    labels, scores = labels[order], scores[order]
+    last = np.r_[np.flatnonzero(np.diff(scores)), scores.size - 1]
+    hits = np.cumsum(labels)[last]
+    positives = hits[-1] if hits.size else 0.0
+    if not positives:
+        return float("nan")
+    precision = hits / (last + 1)
+    recall = hits / positives
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def _check_frame_rate(frame_rate):
+    if (
+        isinstance(frame_rate, bool)
+        or not isinstance(frame_rate, (int, float, np.integer, np.floating))
+        or not 0 < frame_rate < float("inf")
+    ):
+        raise ValueError(
+            "`frame_rate` must be a positive finite number of frames per "
+            f"second. Received: frame_rate={frame_rate!r}"
+        )
+    return float(frame_rate)
+
+
+def _check_roll(array, name, ndim=(2,)):
+    shapes = " or ".join(
+        {2: "(frames, notes)", 3: "(clips, frames, notes)"}[n] for n in ndim
+    )
+    array = np.asarray(array)
+    if array.ndim not in ndim or array.dtype.kind not in "biuf":
+        raise ValueError(
+            f"`{name}` must be a real array {shapes}. Received: {name} of "
+            f"shape {array.shape}, dtype {array.dtype}"
+        )
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"`{name}` must be finite. Received: NaN or inf")
+    return array.astype(np.float64)
+
+
+def frames_to_notes(
+    probabilities,
+    frame_rate,
+    threshold=0.5,
+    min_frames=1,
+    lowest_note=0,
+    start_time=0.0,
+):
+    """Notes from frame-wise note probabilities: each run of at least
+    `min_frames` consecutive frames above `threshold` is one note, from the
+    start of its first frame to the end of its last.
+
+    Frame `t` spans `[start_time + t / frame_rate, start_time + (t + 1) /
+    frame_rate)` seconds (the frames of an STFT of hop `frame_step` at
+    `sample_rate`: `frame_rate = sample_rate / frame_step`, and
+    `start_time` the first frame's centre less half a hop). Two runs of
+    one pitch separated by a frame below the threshold are two notes.
+
+    Args:
+        probabilities: `(frames, notes)` probabilities (or 0/1 labels).
+        frame_rate: frames per second.
+        threshold: a note is on in a frame where its probability exceeds
+            this.
+        min_frames: shorter runs are dropped.
+        lowest_note: the MIDI number of note 0.
+        start_time: seconds, the start of frame 0.
+
+    Returns:
+        A list of `(onset_seconds, offset_seconds, midi_pitch)`, sorted by
+        onset then pitch.
+    """
+    p = _check_roll(probabilities, "probabilities")
+    frame_rate = _check_frame_rate(frame_rate)
+    if (
+        isinstance(min_frames, bool)
+        or not isinstance(min_frames, (int, np.integer))
+        or min_frames < 1
+    ):
+        raise ValueError(
+            "`min_frames` must be an int >= 1. Received: "
+            f"min_frames={min_frames!r}"
+        )
+    active = (p > threshold).astype(np.int8)
+    edges = np.diff(np.pad(active, ((1, 1), (0, 0))), axis=0)
+    notes = []
+    for note in range(p.shape[1]):
+        starts = np.flatnonzero(edges[:, note] == 1)
+        stops = np.flatnonzero(edges[:, note] == -1)
+        for start, stop in zip(starts, stops):
+            if stop - start >= min_frames:
+                notes.append(
+                    (
+                        float(start_time + start / frame_rate),
+                        float(start_time + stop / frame_rate),
+                        int(lowest_note + note),
+                    )
+                )
+    return sorted(notes, key=lambda n: (n[0], n[2]))
+
+
+def _mir_eval():
+    try:
+        import mir_eval.multipitch
+        import mir_eval.transcription
+    except ImportError as error:
+        raise ImportError(
+            "transcription_scores needs mir_eval, in the `music` extra: "
+            'pip install "cvattn_keras[music]"'
+        ) from error
+    return mir_eval
+
+
+def _hertz(midi):
+    return 440.0 * 2.0 ** ((np.asarray(midi, np.float64) - 69) / 12)
+
+
+def transcription_scores(
+    labels,
+    probabilities,
+    frame_rate,
+    threshold=0.5,
+    min_frames=1,
+    lowest_note=0,
+    onset_tolerance=0.05,
+):
+    """The transcription field's scores of frame-wise note probabilities.
+
+    - `"ap"`: the exact micro-averaged average precision over every frame
+      and note (MusicNet's metric; `average_precision`).
+    - `"frame_precision"`, `"frame_recall"`, `"frame_accuracy"`:
+      `mir_eval.multipitch.evaluate` of the notes above `threshold` in
+      each frame against the labels' (as frequencies, frame times at the
+      frames' starts; clips laid end to end).
+    - `"note_precision"`, `"note_recall"`, `"note_f1"`: onset-only note
+      transcription (`mir_eval.transcription.precision_recall_f1_overlap`
+      with `offset_ratio=None`: an estimated note matches a reference note
+      of the same pitch, within 50 cents, whose onset is within
+      `onset_tolerance` seconds), after `frames_to_notes` decodes both the
+      probabilities and the labels (a run of 1s is a note).
+
+    The ground truth scores 1.0 on each; a constant predictor scores an AP
+    equal to the density of the labels.
+
+    Args:
+        labels: 0/1, `(frames, notes)` or `(clips, frames, notes)`.
+        probabilities: the same shape, in [0, 1] (sigmoid of the logits).
+        frame_rate: frames per second.
+        threshold, min_frames: the decoding's (`frames_to_notes`).
+        lowest_note: the MIDI number of note 0 (for the frequencies).
+        onset_tolerance: seconds, for the note scores (mir_eval's default
+            0.05).
+
+    Returns:
+        A dict of floats with the keys above.
+
+    Raises:
+        ValueError: arrays of other shapes or ranks, labels other than 0
+            and 1, non-finite values, a bad `frame_rate`.
+        ImportError: without mir_eval (`pip install "cvattn_keras[music]"`).
+    """
+    labels = _check_roll(labels, "labels", (2, 3))
+    probabilities = _check_roll(probabilities, "probabilities", (2, 3))
+    if labels.shape != probabilities.shape:
+        raise ValueError(
+            "`labels` and `probabilities` must have the same shape. "
+            f"Received: {labels.shape} and {probabilities.shape}"
+        )
+    if not np.all((labels == 0) | (labels == 1)):
+        raise ValueError("`labels` must hold only 0 and 1.")
+    frame_rate = _check_frame_rate(frame_rate)
+    mir_eval = _mir_eval()
+    clips = labels.reshape((-1,) + labels.shape[-2:])
+    guesses = probabilities.reshape(clips.shape)
+    frames, notes = clips.shape[1:]
+    hertz = _hertz(lowest_note + np.arange(notes))
+    duration = frames / frame_rate
+    times = np.arange(clips.shape[0] * frames) / frame_rate
+    reference = [hertz[row > 0.5] for row in clips.reshape(-1, notes)]
+    estimate = [hertz[row > threshold] for row in guesses.reshape(-1, notes)]
+    intervals = {"ref": [], "est": []}
+    pitches = {"ref": [], "est": []}
+    for i, (truth, guess) in enumerate(zip(clips, guesses)):
+        for key, roll, cut in (("ref", truth, 0.5), ("est", guess, threshold)):
+            for onset, offset, pitch in frames_to_notes(
+                roll, frame_rate, cut, min_frames, lowest_note, i * duration
+            ):
+                intervals[key].append((onset, offset))
+                pitches[key].append(pitch)
+    with warnings.catch_warnings():
+        # mir_eval warns on empty references or estimates (scored 0).
+        warnings.simplefilter("ignore")
+        frame = mir_eval.multipitch.evaluate(times, reference, times, estimate)
+        precision, recall, f1, _ = (
+            mir_eval.transcription.precision_recall_f1_overlap(
+                np.reshape(intervals["ref"], (-1, 2)),
+                _hertz(pitches["ref"]),
+                np.reshape(intervals["est"], (-1, 2)),
+                _hertz(pitches["est"]),
+                onset_tolerance=onset_tolerance,
+                offset_ratio=None,
+            )
+        )
+    return {
+        "ap": average_precision(clips, guesses),
+        "frame_precision": float(frame["Precision"]),
+        "frame_recall": float(frame["Recall"]),
+        "frame_accuracy": float(frame["Accuracy"]),
+        "note_precision": float(precision),
+        "note_recall": float(recall),
+        "note_f1": float(f1),
+    }
