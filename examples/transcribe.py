@@ -34,7 +34,11 @@ import struct
 import time
 import wave
 
-import numpy as np
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+import cvattn_keras as cvk  # noqa: E402
 
 # ----------------------------------------------------------------------
 # Audio in.
@@ -151,31 +155,26 @@ def _dequantize(y, detail):
 
 def decode(probabilities, threshold, min_frames, spec):
     """Notes `(onset_s, offset_s, midi_pitch, peak_probability)` from
-    frame probabilities `(frames, notes)`: runs of at least `min_frames`
-    frames above `threshold`, each from its first frame's start to its
-    last frame's end, sorted by onset then pitch."""
+    frame probabilities `(frames, notes)`: `cvattn_keras.metrics.
+    frames_to_notes` (runs of at least `min_frames` frames above
+    `threshold`, each from its first frame's start to its last frame's
+    end) with each note's highest probability."""
     rate, step = spec["sample_rate"], spec["frame_step"]
-    first = spec["first_centre"] - step / 2  # frame 0's first sample
-    active = probabilities > threshold
-    edges = np.diff(
-        np.pad(active.astype(np.int8), ((1, 1), (0, 0))), axis=0
-    )  # +1 at a run's first frame, -1 after its last
+    start = (spec["first_centre"] - step / 2) / rate  # frame 0's start
     notes = []
-    for note in range(probabilities.shape[1]):
-        starts = np.flatnonzero(edges[:, note] == 1)
-        stops = np.flatnonzero(edges[:, note] == -1)
-        for start, stop in zip(starts, stops):
-            if stop - start < min_frames:
-                continue
-            notes.append(
-                (
-                    max(0.0, (first + start * step) / rate),
-                    (first + stop * step) / rate,
-                    spec["lowest_note"] + note,
-                    float(probabilities[start:stop, note].max()),
-                )
-            )
-    return sorted(notes, key=lambda n: (n[0], n[2]))
+    for onset, offset, pitch in cvk.metrics.frames_to_notes(
+        probabilities,
+        rate / step,
+        threshold,
+        min_frames,
+        spec["lowest_note"],
+        start,
+    ):
+        first = round((onset - start) * rate / step)
+        last = round((offset - start) * rate / step)
+        note = probabilities[first:last, pitch - spec["lowest_note"]]
+        notes.append((max(0.0, onset), offset, pitch, float(note.max())))
+    return notes
 
 
 def write_csv(path, notes):
