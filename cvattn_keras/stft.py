@@ -227,28 +227,31 @@ def check_nola(window, frame_step, names):
 
 
 def pad_waveform(x, fft_length, pad_mode):
-    """Centring: `(B, L)` -> `(B, L + 2 (N // 2))`, zeros or a reflection
-    (without the edge sample, numpy's and librosa's `"reflect"`)."""
+    """Centring: `(B, L, 1)` -> `(B, L + 2 (N // 2), 1)`, zeros or a
+    reflection (without the edge sample, numpy's and librosa's
+    `"reflect"`). Rank 3: TFLite's GPU delegate pads rank 3 and 4 only."""
     half = fft_length // 2
-    return ops.pad(x, ((0, 0), (half, half)), mode=pad_mode)
+    return ops.pad(x, ((0, 0), (half, half), (0, 0)), mode=pad_mode)
 
 
 def stft_conv(x, kernel_real, kernel_imag, frame_step, fft_length):
-    """The STFT as one strided convolution: `x` `(B, L_pad)` (already
+    """The STFT as one strided convolution: `x` `(B, L_pad, 1)` (already
     centred when meant) -> stacked `(B, frames, 2F)`.
 
     The kernels `(frame_length, F)` cover only the window's nonzero span
     of each frame, which starts `o = (N - frame_length) // 2` samples into
     it: the waveform is cut by `o` on the left and by the frame's rest on
-    the right, so the convolution counts `1 + (L_pad - N) // frame_step`
+    the right (no slice when both are 0; rank 3, which the GPU delegate
+    slices), so the convolution counts `1 + (L_pad - N) // frame_step`
     frames, as the FFT route does."""
     frame_length = kernel_real.shape[0]
     offset = window_offset(frame_length, fft_length)
     rest = fft_length - offset - frame_length
-    x = x[:, offset : (-rest if rest else None)]  # (B, L_pad - N + fl)
+    if offset or rest:
+        x = x[:, offset : (-rest if rest else None)]  # (B, L_pad - N + fl, 1)
     kernel = ops.concatenate([kernel_real, kernel_imag], axis=1)  # (fl, 2F)
     return ops.conv(
-        ops.expand_dims(x, -1),  # (B, L', 1)
+        x,
         ops.expand_dims(kernel, 1),  # (fl, 1, 2F)
         strides=frame_step,
         padding="valid",
@@ -257,13 +260,13 @@ def stft_conv(x, kernel_real, kernel_imag, frame_step, fft_length):
 
 
 def stft_fft(x, window, frame_step, fft_length, bins, normalized=False):
-    """The STFT by the FFT: `x` `(B, L_pad)` (already centred when meant)
+    """The STFT by the FFT: `x` `(B, L_pad, 1)` (already centred when meant)
     -> stacked `(B, frames, 2F)`. `keras.ops.stft` without its own
     centring frames the waveform and takes `rfft` of each windowed frame
     (the window centred in `fft_length`, as here)."""
     frame_length = int(window.shape[0])
     real, imag = ops.stft(
-        x,
+        x[..., 0],
         sequence_length=frame_length,
         sequence_stride=frame_step,
         fft_length=fft_length,

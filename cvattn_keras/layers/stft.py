@@ -373,8 +373,8 @@ class ComplexSTFT(_STFTBase):
             )
         self._check_shape(inputs.shape)
         x = ops.cast(inputs, "float32")
-        if len(x.shape) == 3:
-            x = x[..., 0]  # (B, L)
+        if len(x.shape) == 2:
+            x = ops.expand_dims(x, -1)  # (B, L, 1): what the delegate pads
         if self.center:
             x = sf.pad_waveform(x, self.fft_length, self.pad_mode)
         if self._use_fft():
