@@ -2,8 +2,10 @@
 and the real-time factor of the waveform -> notes file on one CPU thread.
 
 1. SNR of the front end. A model that is only a `ComplexSTFT` (the
-   convolution route, a builtin CONV_2D: `implementation="auto"` always
-   traces so) is exported in every mode, calibrated on music-like clips of
+   convolution route, a builtin CONV_2D, `implementation="conv"`: the one
+   route of the integer modes; RFFT2D, which "auto" takes in float files
+   from 512 points, computes in float32) is exported in every mode,
+   calibrated on music-like clips of
    `datasets.synthetic_music(output="waveform")` and fed other clips (a
    different seed); its output is compared with a float64 NumPy STFT of
    the same float32 clips (written here: numpy's `rfft` of each frame times
@@ -27,16 +29,17 @@ and the real-time factor of the waveform -> notes file on one CPU thread.
    4.1 s); `paper`: the builders' defaults (2048 bins, the five-block front
    end, E = 320, 6 layers) on `ComplexSTFT(4096, 512, bins=(0, 2048))` at
    44.1 kHz (32,256 samples, 0.73 s). Goals (issue 19): RTF <= 0.05 small,
-   <= 0.2 paper. A mode `+fft` (float modes only) exports the model with
-   `ComplexSTFT(implementation="fft")`, whose file keeps the FFT (RFFT2D);
-   the others hold the convolution. The `stft only` rows time the front
+   <= 0.2 paper. The STFT is `implementation="auto"`, which holds the
+   convolution at the small size and in the integer modes, RFFT2D in the
+   paper size's float files; a mode `+conv` forces the convolution. The
+   `stft only` rows time the front
    end alone in float32, as the convolution (CONV_2D) and as the FFT
    (RFFT2D). A paper-size export takes 25 s (float32) to a minute
    (int16x8) on 2 cores; `export (s)` is each file's conversion time.
 
 Run:  python benchmarks/waveform_export.py [--quick] [--json PATH]
           [--small-modes float32,...,int16x8]
-          [--paper-modes float32,float32+fft,dynamic_int8,int8,full_int8]
+          [--paper-modes float32,float32+conv,dynamic_int8,int8,full_int8]
           [--runs 20]
 
 About 4 minutes on 2 CPU cores; `--quick` (about 1.5 minutes) skips the
@@ -86,7 +89,9 @@ def _periodic_hann(n):
 # for clips of 16 of its frames.
 SNR_CONFIGS = {
     "hann512": dict(
-        layer=lambda: ComplexSTFT(512, 128, bins=(0, 200), name="stft"),
+        layer=lambda: ComplexSTFT(
+            512, 128, bins=(0, 200), implementation="conv", name="stft"
+        ),
         reference=dict(
             window=_periodic_hann(512),
             frame_step=128,
@@ -323,8 +328,9 @@ def _rtf_row(path, x, runs, seconds, took, **fields):
 
 
 def real_time_factor(directory, size, modes, runs, calibration_count):
-    """The classifier's rows (a mode `+fft` takes the STFT as RFFT2D:
-    `implementation="fft"`), then the STFT alone in float32."""
+    """The classifier's rows (a mode `+conv` takes the STFT as the
+    convolution: `implementation="conv"`), then the STFT alone in
+    float32."""
     make_stft, kwargs, rate, music = _sizes()[size]
     stft = make_stft(name="stft")
     samples = cvk.models.waveform_length(stft, FRAMES)
@@ -394,10 +400,15 @@ def _print_rtf_row(row):
 
 
 def _modes(text):
-    """The modes of `text` (comma-separated): `MODES`, and the float ones
-    with `+fft` (the STFT as RFFT2D, which has no integer kernel)."""
+    """The modes of `text` (comma-separated): `MODES`, and each with
+    `+conv` (the STFT as the convolution) or, the float ones, `+fft` (as
+    RFFT2D, which has no integer kernel)."""
     modes = [m for m in text.split(",") if m]
-    allowed = set(MODES) | {f"{m}+fft" for m in MODES[:3]}
+    allowed = (
+        set(MODES)
+        | {f"{m}+conv" for m in MODES}
+        | {f"{m}+fft" for m in MODES[:3]}
+    )
     unknown = sorted(set(modes) - allowed)
     if unknown:
         raise SystemExit(
@@ -412,7 +423,7 @@ def main():
     parser.add_argument("--small-modes", default=",".join(MODES))
     parser.add_argument(
         "--paper-modes",
-        default="float32,float32+fft,dynamic_int8,int8,full_int8",
+        default="float32,float32+conv,dynamic_int8,int8,full_int8",
     )
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json", default=None, help="write results here")

@@ -345,7 +345,11 @@ def test_auto_implementation(cls):
     assert not cls(128, 32)._use_fft()
     assert not cls(512, 128, trainable=True)._use_fft()
     with cvk._tracing.for_export():
-        assert not layer._use_fft()  # "auto": the convolution in a file
+        # "auto" in a float file of dynamic shape: RFFT2D from 512 points,
+        # a power of two, for the forward transform.
+        assert layer._use_fft() == (cls is ComplexSTFT)
+        assert not cls(256, 64)._use_fft()
+        assert not cls(768, 192)._use_fft()
         fft = cls(512, 128, implementation="fft")
         if cls is ComplexSTFT:
             assert fft._use_fft()  # RFFT2D, in a float file
@@ -354,7 +358,11 @@ def test_auto_implementation(cls):
         else:
             with pytest.warns(UserWarning, match="no inverse FFT"):
                 assert not fft._use_fft()
+    # Static shapes (a delegate's file) or integer: the convolution.
+    with cvk._tracing.for_export(static_shapes=True):
+        assert not layer._use_fft()
     with cvk._tracing.for_export(float_activations=False):
+        assert not layer._use_fft()
         why = "no integer kernel" if cls is ComplexSTFT else "no inverse"
         with pytest.warns(UserWarning, match=why):
             assert not cls(512, 128, implementation="fft")._use_fft()
@@ -466,9 +474,11 @@ def test_exports_builtin_only(rng, tmp_path, inverse):
 @pytest.mark.tensorflow_only
 @pytest.mark.slow
 def test_fft_route_exports_as_rfft2d_in_float_files(rng, tmp_path):
-    # implementation="fft": the builtin RFFT2D (+ REAL, IMAG) in a float
-    # file; in a calibrated file the convolution, with a warning.
-    stft = ComplexSTFT(512, 128, bins=(0, 200), implementation="fft")
+    # "auto" at 512 points, dynamic shapes: the builtin RFFT2D (+ REAL,
+    # IMAG) in a float file; static shapes: the convolution (a delegate's
+    # file); implementation="fft" in a calibrated file: the convolution,
+    # with a warning.
+    stft = ComplexSTFT(512, 128, bins=(0, 200))
     model = keras.Sequential([keras.Input((4000,)), stft])
     x = rng.standard_normal((2, 4000)).astype("float32")
     path = cvk.export.export_tflite(model, tmp_path / "fft.tflite")
@@ -478,6 +488,13 @@ def test_fft_route_exports_as_rfft2d_in_float_files(rng, tmp_path):
     assert "CONV_2D" not in report.ops
     # Measured 1.4e-7 relative to the largest bin.
     assert report.max_rel_error <= 1e-5
+    path = cvk.export.export_tflite(
+        model, tmp_path / "static.tflite", batch_size=2
+    )
+    ops = cvk.export.verify_tflite(path, model, x).ops
+    assert "RFFT2D" not in ops and "CONV_2D" in ops
+    stft = ComplexSTFT(512, 128, bins=(0, 200), implementation="fft")
+    model = keras.Sequential([keras.Input((4000,)), stft])
     with pytest.warns(UserWarning, match="no integer kernel"):
         path = cvk.export.export_tflite(
             model,
