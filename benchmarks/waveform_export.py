@@ -29,10 +29,11 @@ and the real-time factor of the waveform -> notes file on one CPU thread.
    4.1 s); `paper`: the builders' defaults (2048 bins, the five-block front
    end, E = 320, 6 layers) on `ComplexSTFT(4096, 512, bins=(0, 2048))` at
    44.1 kHz (32,256 samples, 0.73 s). Goals (issue 19): RTF <= 0.05 small,
-   <= 0.2 paper. The STFT is `implementation="auto"`, which holds the
-   convolution at the small size and in the integer modes, RFFT2D in the
-   paper size's float files; a mode `+conv` forces the convolution. The
-   `stft only` rows time the front
+   <= 0.2 paper. The files have a static batch of 1 (as an app's). The
+   STFT is `implementation="auto"` (the convolution at the small size and
+   in the integer modes, RFFT2D in the paper size's float files); a mode
+   `+conv` forces the convolution (what the GPU delegate needs), `+fft`
+   RFFT2D (float modes only). The `stft only` rows time the front
    end alone in float32, as the convolution (CONV_2D) and as the FFT
    (RFFT2D). A paper-size export takes 25 s (float32) to a minute
    (int16x8) on 2 cores; `export (s)` is each file's conversion time.

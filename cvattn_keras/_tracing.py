@@ -15,10 +15,8 @@ the integer kernels:
 
 - `exporting()`: True throughout `for_export`; complex products then
   never take Gauss's three-product form (`complex.use_gauss`).
-- `float_activations()`: False for the calibrated (integer) modes, and
-  `static_shapes()`: True for files with a static batch or length (for a
-  delegate): a `ComplexSTFT` keeps its FFT (the builtin RFFT2D) only in
-  float files, and by default only in dynamic-shape ones.
+- `float_activations()`: False for the calibrated (integer) modes: a
+  `ComplexSTFT` keeps its FFT (the builtin RFFT2D) only in float files.
 - `lookup_masks()`: masks become 0/1 multipliers by a table lookup
   (`GATHER` of `[0, 1]` at the mask cast to int32) instead of a select
   (`SELECT_V2`), which TFLite's 16-bit activation mode lacks; only for
@@ -37,7 +35,6 @@ _WEIGHTS_ONCE = contextvars.ContextVar("weights_once", default=False)
 _PLAIN_STATISTICS = contextvars.ContextVar("plain_statistics", default=False)
 _LOOKUP_MASKS = contextvars.ContextVar("lookup_masks", default=False)
 _FLOAT_ACTIVATIONS = contextvars.ContextVar("float_activations", default=True)
-_STATIC_SHAPES = contextvars.ContextVar("static_shapes", default=False)
 # False within `cvattn_keras.attention.portable_masking` (public, set by the
 # exporter): masked scores are then never filled with a constant near the
 # float limit, and negations are products with -1 (`complex.negative`).
@@ -68,12 +65,6 @@ def float_activations():
     return _FLOAT_ACTIVATIONS.get()
 
 
-def static_shapes():
-    """Whether the file being traced has static shapes (`export_tflite`'s
-    `batch_size=` or `sequence_length=`: for a delegate or an NPU)."""
-    return _STATIC_SHAPES.get()
-
-
 def fill_masked():
     """Whether masked scores may be filled with a constant near the float
     limit (False within `attention.portable_masking`)."""
@@ -96,25 +87,21 @@ def for_export(
     weights_once=True,
     lookup_masks=False,
     float_activations=True,
-    static_shapes=False,
 ):
     """Within this context, layers trace for a TFLite file:
     `weights_once()` is `weights_once`, `plain_statistics()` is
     `plain_statistics`, `lookup_masks()` is `lookup_masks` and
-    `float_activations()` is `float_activations` and `static_shapes()` is
-    `static_shapes`."""
+    `float_activations()` is `float_activations`."""
     tokens = (
         _WEIGHTS_ONCE.set(bool(weights_once)),
         _PLAIN_STATISTICS.set(bool(plain_statistics)),
         _EXPORTING.set(True),
         _LOOKUP_MASKS.set(bool(lookup_masks)),
         _FLOAT_ACTIVATIONS.set(bool(float_activations)),
-        _STATIC_SHAPES.set(bool(static_shapes)),
     )
     try:
         yield
     finally:
-        _STATIC_SHAPES.reset(tokens[5])
         _FLOAT_ACTIVATIONS.reset(tokens[4])
         _LOOKUP_MASKS.reset(tokens[3])
         _EXPORTING.reset(tokens[2])

@@ -33,9 +33,9 @@ IMPLEMENTATIONS = ("auto", "conv", "fft")
 # `implementation="auto"` takes the FFT route from this `fft_length` on
 # (the convolution below it): see `layers.ComplexSTFT` for the figures.
 AUTO_FFT_MIN_LENGTH = 256
-# ... and in a float TFLite file of dynamic shape, the builtin RFFT2D from
-# this power-of-two `fft_length` on (LiteRT's crossover; the figures are
-# in `layers.ComplexSTFT` too).
+# ... and in a float TFLite file, the builtin RFFT2D from this power-of-two
+# `fft_length` on (LiteRT's crossover; the figures are in
+# `layers.ComplexSTFT`).
 AUTO_RFFT2D_MIN_LENGTH = 512
 
 # The envelope of the squared window below this fraction of its peak counts

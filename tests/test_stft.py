@@ -345,8 +345,8 @@ def test_auto_implementation(cls):
     assert not cls(128, 32)._use_fft()
     assert not cls(512, 128, trainable=True)._use_fft()
     with cvk._tracing.for_export():
-        # "auto" in a float file of dynamic shape: RFFT2D from 512 points,
-        # a power of two, for the forward transform.
+        # "auto" in a float file: RFFT2D from 512 points, a power of two,
+        # for the forward transform.
         assert layer._use_fft() == (cls is ComplexSTFT)
         assert not cls(256, 64)._use_fft()
         assert not cls(768, 192)._use_fft()
@@ -358,9 +358,7 @@ def test_auto_implementation(cls):
         else:
             with pytest.warns(UserWarning, match="no inverse FFT"):
                 assert not fft._use_fft()
-    # Static shapes (a delegate's file) or integer: the convolution.
-    with cvk._tracing.for_export(static_shapes=True):
-        assert not layer._use_fft()
+    # An integer file: the convolution.
     with cvk._tracing.for_export(float_activations=False):
         assert not layer._use_fft()
         why = "no integer kernel" if cls is ComplexSTFT else "no inverse"
@@ -474,10 +472,10 @@ def test_exports_builtin_only(rng, tmp_path, inverse):
 @pytest.mark.tensorflow_only
 @pytest.mark.slow
 def test_fft_route_exports_as_rfft2d_in_float_files(rng, tmp_path):
-    # "auto" at 512 points, dynamic shapes: the builtin RFFT2D (+ REAL,
-    # IMAG) in a float file; static shapes: the convolution (a delegate's
-    # file); implementation="fft" in a calibrated file: the convolution,
-    # with a warning.
+    # "auto" at 512 points: the builtin RFFT2D (+ REAL, IMAG) in a float
+    # file, of any shape; implementation="conv": the convolution (for the
+    # GPU delegate); implementation="fft" in a calibrated file: the
+    # convolution, with a warning.
     stft = ComplexSTFT(512, 128, bins=(0, 200))
     model = keras.Sequential([keras.Input((4000,)), stft])
     x = rng.standard_normal((2, 4000)).astype("float32")
@@ -491,6 +489,10 @@ def test_fft_route_exports_as_rfft2d_in_float_files(rng, tmp_path):
     path = cvk.export.export_tflite(
         model, tmp_path / "static.tflite", batch_size=2
     )
+    assert "RFFT2D" in cvk.export.verify_tflite(path, model, x).ops
+    stft = ComplexSTFT(512, 128, bins=(0, 200), implementation="conv")
+    model = keras.Sequential([keras.Input((4000,)), stft])
+    path = cvk.export.export_tflite(model, tmp_path / "conv.tflite")
     ops = cvk.export.verify_tflite(path, model, x).ops
     assert "RFFT2D" not in ops and "CONV_2D" in ops
     stft = ComplexSTFT(512, 128, bins=(0, 200), implementation="fft")

@@ -315,7 +315,6 @@ def _convert(
                 weights_once=weights_once,
                 lookup_masks=quantization == "int16x8",
                 float_activations=quantization not in _CALIBRATED,
-                static_shapes=shapes is not None,
             ),
         ):
             model.export(

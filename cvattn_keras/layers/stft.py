@@ -158,15 +158,13 @@ class _STFTBase(keras.layers.Layer):
         """Whether a traced TFLite file takes the FFT route (RFFT2D): for
         the forward transform, in a float file, with a power-of-two
         `fft_length`; with "auto" also from `AUTO_RFFT2D_MIN_LENGTH`
-        points and only in a dynamic-shape file (a static one is for a
-        delegate, which has no RFFT2D kernel). The convolution otherwise,
-        with a warning when "fft" was asked."""
+        points. The convolution otherwise, with a warning when "fft" was
+        asked."""
         power_of_two = not self.fft_length & (self.fft_length - 1)
         if self.implementation == "auto":
             return (
                 self._fft_in_tflite
                 and _tracing.float_activations()
-                and not _tracing.static_shapes()
                 and power_of_two
                 and self.fft_length >= sf.AUTO_RFFT2D_MIN_LENGTH
             )
@@ -262,20 +260,21 @@ class ComplexSTFT(_STFTBase):
     In a TFLite file the FFT is the builtin RFFT2D (+ REAL, IMAG): float
     only (no integer kernel), power-of-two lengths only, no GPU-delegate
     kernel, and no weights (the convolution stores `frame_length * 2F`).
-    `"auto"` takes it in float files (float32, float16, dynamic_int8) of
-    dynamic shape from `fft_length=512` (`stft.AUTO_RFFT2D_MIN_LENGTH`),
-    a power of two, and the convolution otherwise: in every calibrated
-    (integer) mode, and in static-shape files (`export_tflite(...,
-    batch_size=)`: for the GPU delegate and NPUs). `"fft"` asks for RFFT2D
-    in any float file (a warning and the convolution where it cannot be:
-    a calibrated mode, another length); `"conv"` always gives the
-    convolution. Measured on LiteRT, one thread, one waveform of 16000
-    samples, hop `N / 4`, every bin (CONV_2D / RFFT2D, ms;
-    `benchmarks/stft_crossover.py --litert`): 256: 0.41 / 0.55, 512: 0.75
-    / 0.55, 1024: 1.65 / 0.58, 2048: 3.77 / 0.59. At the paper's size
-    (4096 points, 2048 bins) the convolution's kernels are 67 MB of a 125
-    MB float32 classifier file, RFFT2D none (58 MB), and the file's
-    real-time factor is 0.19 against 0.16 (`benchmarks/waveform_export.py`).
+    `"auto"` takes it in float files (float32, float16, dynamic_int8)
+    from `fft_length=512` (`stft.AUTO_RFFT2D_MIN_LENGTH`), a power of
+    two, and the convolution otherwise (and in every calibrated, integer,
+    mode). For the GPU delegate, build the layer with
+    `implementation="conv"` (`export.gpu` names RFFT2D, REAL and IMAG
+    among the ops it leaves to the CPU). `"fft"` asks for RFFT2D in any
+    float file (a warning and the convolution where it cannot be: a
+    calibrated mode, another length). Measured on LiteRT, one thread,
+    one waveform of 16000 samples, hop `N / 4`, every bin (CONV_2D /
+    RFFT2D, ms; `benchmarks/stft_crossover.py --litert`): 256: 0.41 /
+    0.55, 512: 0.75 / 0.55, 1024: 1.65 / 0.58, 2048: 3.77 / 0.59. At the
+    paper's size (4096 points, 2048 bins) the convolution's kernels are 67
+    MB of a 125 MB float32 classifier file, RFFT2D's none (58 MB), and the
+    file's real-time factor is 0.21 against 0.16 (one thread, batch 1;
+    `benchmarks/waveform_export.py`).
 
     Precision: the transform always runs in float32, with float32 kernels,
     whatever the dtype policy (a 2048-point sum in float16 keeps about 3
