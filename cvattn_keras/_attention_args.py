@@ -5,6 +5,7 @@ shapes."""
 
 from keras import ops
 
+from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
 SOFTMAX_VARIANTS = ("real", "abs", "absonly", "naive")
@@ -137,9 +138,10 @@ def check_mask_shape(mask_shape, target, name, layout):
     `mask_shape` broadcasts to `target`: the same rank, and each axis 1,
     unknown (`None`) or equal to the target's. `layout` names the target's
     axes, e.g. `"(B, T, S)"`. Unknown sizes are not checked (they are
-    only known when the graph runs)."""
-    shape = tuple(mask_shape)
-    target = tuple(target)
+    only known when the graph runs), nor are symbolic ones
+    (`torch.export`, `jax.export`: `_validation.static_size`)."""
+    shape = check.static_shape(mask_shape)
+    target = check.static_shape(target)
     if len(shape) != len(target) or any(
         size not in (None, 1) and want is not None and size != want
         for size, want in zip(shape, target)
@@ -152,11 +154,12 @@ def check_mask_shape(mask_shape, target, name, layout):
 
 def check_shapes(query, key, value):
     """Raises unless `query` `(B, T, N, 2H)`, `key` `(B, S, N, 2H)` and
-    `value` `(B, S, N, 2V)` agree where their static shapes are known."""
+    `value` `(B, S, N, 2V)` agree where their static shapes are known
+    (symbolic sizes are not compared: `_validation.static_size`)."""
     shapes = {
-        "query": tuple(query.shape),
-        "key": tuple(key.shape),
-        "value": tuple(value.shape),
+        "query": check.static_shape(query.shape),
+        "key": check.static_shape(key.shape),
+        "value": check.static_shape(value.shape),
     }
     received = ", ".join(f"{n}.shape={s}" for n, s in shapes.items())
     if any(len(shape) != 4 for shape in shapes.values()):

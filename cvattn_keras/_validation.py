@@ -21,6 +21,24 @@ def _is_real(value):
     )
 
 
+def static_size(size):
+    """`size` as an int where it is known while tracing (a Python or NumPy
+    int), else `None`: an unknown size (`None`) or a symbolic one, whose
+    value only the run knows: a `SymInt` under `torch.export`, a dimension
+    expression under `jax.export`, a tensor under TorchScript's tracer.
+    Shape checks skip such sizes: comparing them as values would fail, or
+    tie the traced graph to one value of the size."""
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        return int(size)
+    return None
+
+
+def static_shape(shape):
+    """The tuple of `static_size` of each axis of `shape` (`None` for an
+    unknown or symbolic size)."""
+    return tuple(static_size(size) for size in shape)
+
+
 def positive_int(value, name, allow_none=False):
     if value is None and allow_none:
         return None

@@ -142,6 +142,7 @@ def chunk_for(chunk_size, keys, queries=None):
     AUTO_CHUNK_MIN_SCORES` (an unknown query length `queries` counts as
     `keys`) and `keys > AUTO_CHUNK_SIZE`; `None` for `chunk_size=None` or
     an unknown key length."""
+    keys, queries = check.static_size(keys), check.static_size(queries)
     if keys is None or chunk_size is None:
         return None
     if chunk_size == "auto":

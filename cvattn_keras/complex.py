@@ -38,6 +38,7 @@ from keras import ops
 from keras import random
 
 from cvattn_keras import _tracing
+from cvattn_keras import _validation as check
 
 __all__ = [
     "block_kernel",
@@ -232,8 +233,9 @@ def merge_planes(planes):
 def merge(real, imag):
     """Merges `real` and `imag`, each `(..., n)`, into a stacked `(..., 2n)`."""
     real, imag = _as_array(real), _as_array(imag)
-    if None not in tuple(real.shape) + tuple(imag.shape):
-        if tuple(real.shape) != tuple(imag.shape):
+    shapes = check.static_shape(real.shape), check.static_shape(imag.shape)
+    if None not in shapes[0] + shapes[1]:
+        if shapes[0] != shapes[1]:
             raise ValueError(
                 "`real` and `imag` must have the same shape. Received: "
                 f"real.shape={tuple(real.shape)}, "

@@ -21,6 +21,7 @@ _LONGEST_FIRST = (
     "test_export_gpu.py",
     "test_export_integer.py",
     "test_export.py",
+    "test_export_onnx.py",
     "test_transformer.py",
     "test_cache.py",
     "test_serialization.py",

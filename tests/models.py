@@ -1,9 +1,12 @@
 """Small models and layers shared by tests: every building block in one
-graph, the norms by name."""
+graph, every attention variant under every mask in another, the norms by
+name."""
 
 import keras
+import numpy_reference as ref
 
 import cvattn_keras as cvk
+from cvattn_keras import attention as att
 
 
 def all_blocks_model():
@@ -45,6 +48,52 @@ def all_blocks_inputs(rng):
     ]
     inputs[1][0, 3:] = 0  # padding
     return inputs
+
+
+def all_variants_model():
+    """Every softmax variant with both products, each a cross-attention
+    under every kind of mask at once: causal (top-left aligned, T != S),
+    a Keras mask (`Masking` on the memory) and explicit masks from a bool
+    input (a `value_mask`, or an `attention_mask` `(B, 1, S)`); the
+    "naive" inner-product layer also returns its scores. Lengths and batch
+    are dynamic."""
+    query = keras.Input((None, 6), name="query")
+    memory = keras.Input((None, 4), name="memory")
+    keep = keras.Input((None,), dtype="bool", name="keep")
+    x = cvk.layers.ComplexDense(4, name="embed")(query)
+    masked_memory = keras.layers.Masking(name="memory_mask")(memory)
+    scores = None
+    for i, (softmax, product) in enumerate(
+        (s, p) for s in att.SOFTMAX_VARIANTS for p in att.PRODUCTS
+    ):
+        layer = cvk.layers.ComplexMultiHeadAttention(
+            2, 3, softmax=softmax, product=product, name=f"{softmax}_{product}"
+        )
+        if i % 2:
+            masks = dict(value_mask=keep)
+        else:
+            masks = dict(attention_mask=keras.ops.expand_dims(keep, 1))
+        y = layer(
+            x,
+            masked_memory,
+            use_causal_mask=True,
+            return_attention_scores=i == 6,
+            **masks,
+        )
+        if i == 6:  # "naive", "inner": its scores, Re and Im
+            y, scores = y
+        x = keras.layers.Add()([x, y])
+    return keras.Model([query, memory, keep], [x, scores])
+
+
+def all_variants_inputs(rng, batch, length, keys):
+    query = cvk.to_stacked(ref.random_complex(rng, (batch, length, 3)))
+    memory = cvk.to_stacked(ref.random_complex(rng, (batch, keys, 2)))
+    memory[1, keys - 2 :] = 0  # padding: masked by the Keras mask
+    memory[-1] = 0  # nothing to attend to: a zero output, no NaN
+    keep = rng.random((batch, keys)) < 0.7
+    keep[0] = False  # every key masked explicitly in the first sample
+    return [query, memory, keep]
 
 
 # The complex norms by the names `numpy_reference.norm_at_init` takes.

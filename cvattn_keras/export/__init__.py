@@ -1,4 +1,6 @@
-"""TFLite / LiteRT export with builtin ops only, and parity verification.
+"""TFLite / LiteRT export with builtin ops only, ONNX export
+(`export_onnx`, `verify_onnx` on ONNX Runtime; the optional extra `onnx`),
+and parity verification.
 
 A model made of this library's layers holds no complex dtype, so it converts
 with `TFLITE_BUILTINS` alone: no Flex delegate, no custom ops. This module
@@ -48,6 +50,7 @@ far above the mode's usual one, `EXPECTED_MAX_REL_ERROR`).
 from cvattn_keras.export import gpu
 from cvattn_keras.export._conversion import export_tflite
 from cvattn_keras.export._errors import FloatFallbackError
+from cvattn_keras.export._errors import ONNXUnsupportedOpsError
 from cvattn_keras.export._errors import UnsupportedOpsError
 from cvattn_keras.export._litert import predict_tflite
 from cvattn_keras.export._litert import verify_tflite
@@ -60,10 +63,19 @@ from cvattn_keras.export._subprocess import SUBPROCESS_TIMEOUT
 from cvattn_keras.export.generator import export_generator_tflite
 from cvattn_keras.export.generator import generate_tflite
 from cvattn_keras.export.gpu import check_gpu_compatibility
+from cvattn_keras.export.onnx import ONNX_OPSETS
+from cvattn_keras.export.onnx import ONNX_QUANTIZATIONS
+from cvattn_keras.export.onnx import ONNXReport
+from cvattn_keras.export.onnx import export_onnx
+from cvattn_keras.export.onnx import verify_onnx
 
 __all__ = [
     "EXPECTED_MAX_REL_ERROR",
     "FloatFallbackError",
+    "ONNXReport",
+    "ONNXUnsupportedOpsError",
+    "ONNX_OPSETS",
+    "ONNX_QUANTIZATIONS",
     "QUANTIZATIONS",
     "SUBPROCESS_TIMEOUT",
     "TFLiteReport",
@@ -74,7 +86,9 @@ __all__ = [
     "export_tflite",
     "file_sizes",
     "generate_tflite",
+    "export_onnx",
     "gpu",
     "predict_tflite",
+    "verify_onnx",
     "verify_tflite",
 ]

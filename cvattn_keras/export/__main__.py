@@ -1,10 +1,23 @@
-"""Command line: export a saved `.keras` model to TFLite and verify it.
+"""Command line: export a saved `.keras` model to TFLite or ONNX and
+verify it.
 
     python -m cvattn_keras.export MODEL.keras OUT.tflite \\
         [--quantize float16|dynamic_int8|int8|full_int8|int16x8] \\
         [--representative-data FILE.npz|random] \\
         [--static-batch N] [--static-length L] [--weights auto|once|block] \\
         [--verify [--max-rel-error REL]] [--overwrite]
+
+    python -m cvattn_keras.export MODEL.keras OUT.onnx \\
+        [--quantize float16] [--opset N] [--static-batch 1] \\
+        [--weights auto|once|block] [--verify [--max-rel-error REL]] \\
+        [--overwrite]
+
+The suffix of OUT picks the format (`--format tflite|onnx` says it
+explicitly; OUT must then end in `.tflite` or `.onnx`). An ONNX file
+(`cvattn_keras.export.export_onnx`, the optional extra `onnx`) takes
+`--quantize float16` (float16 weights) only, `--opset` (13 to 18;
+default 15), and `--static-batch 1` for a static batch of 1; `--verify`
+runs it on ONNX Runtime (CPU).
 
 It works under any `KERAS_BACKEND`: conversion needs TensorFlow, so under
 another backend the command runs itself again in a subprocess under
@@ -204,11 +217,28 @@ def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m cvattn_keras.export",
         description="Export a .keras model to a builtin-ops-only .tflite "
-        "file, and optionally verify it on the LiteRT interpreter. Works "
-        "under any KERAS_BACKEND (conversion runs under TensorFlow).",
+        "file or an .onnx file of standard ONNX ops, and optionally verify "
+        "it on the LiteRT interpreter or ONNX Runtime. Works under any "
+        "KERAS_BACKEND (conversion runs under TensorFlow).",
     )
     parser.add_argument("model", help="a model saved with model.save()")
-    parser.add_argument("output", help="the .tflite file to write")
+    parser.add_argument(
+        "output",
+        help="the .tflite or .onnx file to write (its suffix picks the format)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("tflite", "onnx"),
+        default=None,
+        help="the file format (default: from OUTPUT's suffix)",
+    )
+    parser.add_argument(
+        "--opset",
+        type=check.positive_int_argument,
+        default=None,
+        metavar="N",
+        help="ONNX only: the opset to write, 13 to 18 (default 15)",
+    )
     parser.add_argument(
         "--quantize",
         choices=[q for q in export.QUANTIZATIONS if q],
@@ -334,15 +364,59 @@ def _check_readable_file(path, what, kind="value"):
         raise _CommandError(f"{what} {path!r} is not readable", kind)
 
 
+def _check_format(args):
+    """Sets `args.format` from `--format` or OUTPUT's suffix, and checks
+    the options that only one format takes."""
+    suffix = os.path.splitext(args.output)[1]
+    if args.format is None:
+        if suffix not in (".tflite", ".onnx"):
+            raise _CommandError(
+                f"OUTPUT must end in .tflite or .onnx, got {args.output!r}"
+            )
+        args.format = suffix[1:]
+    elif suffix != "." + args.format:
+        raise _CommandError(
+            f"OUTPUT must end in .{args.format} with --format "
+            f"{args.format}, got {args.output!r}"
+        )
+    if args.format == "tflite":
+        if args.opset is not None:
+            raise _CommandError("--opset is used only for ONNX files")
+        return
+    for flag, given in (
+        ("--static-length", args.static_length),
+        ("--representative-data", args.representative_data),
+    ):
+        if given is not None:
+            raise _CommandError(f"{flag} is used only for TFLite files")
+    if args.quantize not in export.ONNX_QUANTIZATIONS:
+        raise _CommandError(
+            f"an ONNX file takes --quantize float16 only (float16 "
+            f"weights), got --quantize {args.quantize}; the integer modes "
+            "are TFLite's (OUT.tflite)"
+        )
+    if args.static_batch not in (None, 1):
+        raise _CommandError(
+            "an ONNX file has a dynamic batch, or a static batch of 1 "
+            f"(--static-batch 1), got --static-batch {args.static_batch}"
+        )
+    if args.opset is not None and args.opset not in export.ONNX_OPSETS:
+        raise _CommandError(
+            f"--opset must be in [{export.ONNX_OPSETS[0]}, "
+            f"{export.ONNX_OPSETS[-1]}], got {args.opset}"
+        )
+
+
 def _check_arguments(args):
     """The checks that need no TensorFlow, under any backend, before the
     model is loaded."""
-    if not args.output.endswith(".tflite"):
-        raise _CommandError(f"OUTPUT must end in .tflite, got {args.output!r}")
+    _check_format(args)
     try:
         # With overwrite=True: an existing file is refused below, with
         # the command line's own words.
-        _files.check_output(args.output, True, argument="OUTPUT")
+        _files.check_output(
+            args.output, True, argument="OUTPUT", suffix="." + args.format
+        )
     except ValueError as error:
         raise _CommandError(_one_line(error)) from None
     if os.path.exists(args.output) and not args.overwrite:
@@ -434,6 +508,8 @@ def _run(args, argv):
     if keras.backend.backend() != "tensorflow":
         return _rerun_under_tensorflow(argv)
     model = _load_model(args)
+    if args.format == "onnx":
+        return _run_onnx(args, model)
     representative = None
     if args.representative_data == RANDOM:
         representative = random_inputs(
@@ -514,6 +590,75 @@ def _run(args, argv):
             path, model, inputs, expected_max_rel_error=args.max_rel_error
         )
     except ValueError as error:
+        print(f"error: {_one_line(error)}", file=sys.stderr)
+        return 1
+    print(report)
+    if report.warning is not None:
+        print(f"warning: {report.warning}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _run_onnx(args, model):
+    """Exports (and with `--verify` checks) an ONNX file; the exit status."""
+    try:
+        path = export.export_onnx(
+            model,
+            args.output,
+            quantization=args.quantize,
+            opset=args.opset,
+            dynamic_batch=args.static_batch is None,
+            overwrite=args.overwrite,
+            weights_once={"auto": None, "once": True, "block": False}[
+                args.weights
+            ],
+        )
+    except export.ONNXUnsupportedOpsError as error:
+        _record(
+            args,
+            {
+                "kind": "onnx_unsupported",
+                "ops": error.ops,
+                "layers": error.layers,
+                "details": error.details,
+                "involves_complex": error.involves_complex,
+            },
+        )
+        print(f"error: {_one_line(error)}", file=sys.stderr)
+        return 1
+    except ImportError as error:
+        _record(args, {"kind": "import", "message": str(error)})
+        print(f"error: {_one_line(error)}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        raise _CommandError(
+            f"a file-system error while exporting to OUTPUT "
+            f"{args.output!r} (it was not written): {_one_line(error)}"
+        ) from None
+    except ValueError as error:
+        _record(args, {"kind": "value", "message": str(error)})
+        print(f"error: {_one_line(error)}", file=sys.stderr)
+        return 1
+    except Exception as error:  # anything else: one line, no traceback
+        message = f"export failed: {type(error).__name__}: {_one_line(error)}"
+        _record(args, {"kind": "other", "message": message})
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+    static = ", static batch 1" if args.static_batch else ""
+    print(
+        f"wrote {path} ({os.path.getsize(path) / 1024:.1f} KiB, weights: "
+        f"{args.quantize or 'float32'}{static})"
+    )
+    if not args.verify:
+        return 0
+    inputs = random_inputs(
+        model, args.batch_size, args.sequence_length, args.seed + 1
+    )
+    try:
+        report = export.verify_onnx(
+            path, model, inputs, expected_max_rel_error=args.max_rel_error
+        )
+    except (ImportError, ValueError) as error:
         print(f"error: {_one_line(error)}", file=sys.stderr)
         return 1
     print(report)

@@ -98,3 +98,47 @@ class FloatFallbackError(UnsupportedOpsError):
             "rewrite those computations with integer-friendly ops."
             + (f" Float ops: {shown}" if shown else ""),
         )
+
+
+class ONNXUnsupportedOpsError(UnsupportedOpsError):
+    """The model needs operations that tf2onnx could not map to standard
+    ONNX ops (it writes them as nodes of the TensorFlow op's name, which
+    ONNX Runtime refuses), or a complex tensor; no file is written.
+
+    Attributes:
+        ops: the unmapped op names, e.g. `["Complex", "Imag"]`.
+        layers: the model's layers (`outer/inner` for nested ones) whose
+            nodes they are, where the node names tell.
+        details: one line per unmapped node (`OP -> node name`) or complex
+            tensor.
+        involves_complex: whether complex values are among the causes.
+    """
+
+    def __init__(self, ops, layers, details=(), involves_complex=None):
+        ValueError.__init__(self)
+        self.ops = list(ops)
+        self.layers = list(layers)
+        self.details = list(details)
+        self.involves_complex = (
+            bool(_COMPLEX_OPS & set(self.ops))
+            if involves_complex is None
+            else bool(involves_complex or _COMPLEX_OPS & set(self.ops))
+        )
+        where = (
+            f" They come from layer(s) {self.layers}." if self.layers else ""
+        )
+        cause = (
+            " ONNX has no complex operators: keep complex values as "
+            "stacked real channels (cvattn_keras.complex) and use this "
+            "library's layers."
+            if self.involves_complex
+            else " Rewrite that computation with operations that ONNX "
+            "supports (keras.ops on real tensors)."
+        )
+        shown = "; ".join(self.details[:6])
+        self.args = (
+            f"The model uses TensorFlow op(s) {self.ops} that tf2onnx "
+            "could not convert to standard ONNX ops (default domain); no "
+            f"file was written.{where}{cause}"
+            + (f" Details: {shown}" if shown else ""),
+        )

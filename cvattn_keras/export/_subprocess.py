@@ -6,7 +6,8 @@ output captured; the benchmarks run their TensorFlow children with it too.
 `convert_saved_copy` is the exporters' protocol on top of it: the model is
 saved to a temporary `.keras` file, a child entry (`python -m
 cvattn_keras.export` for `export_tflite`, `generator._main` for
-`export_generator_tflite`) converts it to a `.tflite` file and, where it
+`export_generator_tflite`; the same command line for `export_onnx`)
+converts it to a `.tflite` (or `.onnx`) file and, where it
 fails, writes a JSON record of the failure to an error file, which
 `_raise_subprocess_error` turns back into the exception the child met.
 """
@@ -22,6 +23,7 @@ import tempfile
 import keras
 
 from cvattn_keras.export._errors import FloatFallbackError
+from cvattn_keras.export._errors import ONNXUnsupportedOpsError
 from cvattn_keras.export._errors import UnsupportedOpsError
 
 # Seconds that an export through the TensorFlow subprocess (under a
@@ -66,9 +68,11 @@ def convert_saved_copy(
     install_note="",
     env=None,
     quantization=None,
+    suffix=".tflite",
 ):
-    """The `.tflite` flatbuffer that a TensorFlow subprocess converts from
-    a copy of `model` saved to a temporary directory.
+    """The bytes of the `.tflite` flatbuffer (or of the file of another
+    `suffix`) that a TensorFlow subprocess converts from a copy of `model`
+    saved to a temporary directory.
 
     Args:
         model: the Keras model.
@@ -85,11 +89,14 @@ def convert_saved_copy(
         install_note: added to the message of a missing TensorFlow.
         env: environment variables for the child (`run_python`).
         quantization: the mode asked for, named where the child crashes.
+        suffix: the suffix of the file the child writes (`".onnx"` for
+            `export_onnx`).
     """
     backend = keras.backend.backend()
     if importlib.util.find_spec("tensorflow") is None:
+        what = "ONNX" if suffix == ".onnx" else "TFLite"
         raise ValueError(
-            f"TFLite export needs TensorFlow, which is not installed; the "
+            f"{what} export needs TensorFlow, which is not installed; the "
             f"Keras backend is {backend!r}. Install it (`pip install "
             f"tensorflow`) and export again{install_note}."
         )
@@ -103,7 +110,7 @@ def convert_saved_copy(
                 "converts a saved copy of the model under TensorFlow, but "
                 f"the model could not be saved: {error}. {advice}"
             ) from error
-        output = os.path.join(directory, "model.tflite")
+        output = os.path.join(directory, "model" + suffix)
         error_file = os.path.join(directory, "error.json")
         command = arguments(directory, model_path, output, error_file)
         timeout = importlib.import_module(__package__).SUBPROCESS_TIMEOUT
@@ -117,15 +124,28 @@ def convert_saved_copy(
                 "KERAS_BACKEND=tensorflow."
             ) from None
         if done.returncode != 0:
-            _raise_subprocess_error(done, error_file, backend, quantization)
+            _raise_subprocess_error(
+                done, error_file, backend, quantization, who
+            )
         with open(output, "rb") as f:
             return f.read()
 
 
-def _raise_subprocess_error(done, error_file, backend, quantization=None):
+def _raise_subprocess_error(
+    done, error_file, backend, quantization=None, who="export_tflite"
+):
     if os.path.exists(error_file):
         with open(error_file) as f:
             failure = json.load(f)
+        if failure["kind"] == "onnx_unsupported":
+            raise ONNXUnsupportedOpsError(
+                failure["ops"],
+                failure["layers"],
+                failure["details"],
+                failure["involves_complex"],
+            )
+        if failure["kind"] == "import":
+            raise ImportError(failure["message"])
         if failure["kind"] == "unsupported":
             raise UnsupportedOpsError(
                 failure["ops"], failure["layers"], failure["details"]
@@ -139,7 +159,7 @@ def _raise_subprocess_error(done, error_file, backend, quantization=None):
             )
         if failure["kind"] == "load":
             raise ValueError(
-                f"Under the {backend!r} backend, export_tflite converts a "
+                f"Under the {backend!r} backend, {who} converts a "
                 "saved copy of the model under TensorFlow, which could not "
                 f"load it: {failure['message']}. Register custom objects "
                 "in an importable module, or export under "

@@ -172,9 +172,7 @@ def _source_shape(model, source_frames):
     wanted = source_frames
     if waveform:
         (stft,) = [
-            layer
-            for layer in model.layers
-            if isinstance(layer, cl.ComplexSTFT)
+            layer for layer in model.layers if isinstance(layer, cl.ComplexSTFT)
         ]
         wanted = models.waveform_length(stft, source_frames)
     if length is not None and wanted != length:

@@ -350,7 +350,12 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
 
     def _check_shapes(self, query_shape, value_shape, key_shape):
         """Validates the three input shapes; returns the complex feature
-        sizes `(Eq, Ev, Ek)`."""
+        sizes `(Eq, Ev, Ek)`. Batch sizes and lengths are compared where
+        static: a symbolic size (`torch.export`, `jax.export`) is only
+        known when the graph runs (`_validation.static_size`)."""
+        query_shape = check.static_shape(query_shape)
+        value_shape = check.static_shape(value_shape)
+        key_shape = check.static_shape(key_shape)
         sizes = []
         for name, shape in (
             ("query", query_shape),
@@ -524,7 +529,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                     f"cache_update_index={cache_update_index!r}"
                 )
             return
-        shape = tuple(cache.shape)
+        shape = check.static_shape(cache.shape)
         if self.value_dim != self.key_dim:
             raise ValueError(
                 "A `cache` holds keys and values stacked, so it needs "
@@ -533,7 +538,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                 f"cache.shape={shape}"
             )
         expected = (
-            tuple(query_shape)[0],
+            check.static_size(tuple(query_shape)[0]),
             2,
             None,
             self.num_heads,
@@ -562,7 +567,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             )
         if not isinstance(index, (int, np.integer)):
             return  # a tensor: checked when it runs, not here
-        new, length = tuple(value_shape)[1], shape[2]
+        new, length = check.static_size(tuple(value_shape)[1]), shape[2]
         high = None if None in (new, length) else length - new
         if index < 0 or (high is not None and index > high):
             raise ValueError(

@@ -176,7 +176,9 @@ class ComplexConv1D(keras.layers.Layer):
         than its span (no output; the backends fail obscurely, with a
         negative output length or a kernel error). A length known only at
         run time in a traced graph is not checked."""
-        length = input_shape[1] if len(input_shape) > 1 else None
+        length = (
+            check.static_size(input_shape[1]) if len(input_shape) > 1 else None
+        )
         if self.padding != "valid" or length is None:
             return
         if length < self._span():

@@ -15,7 +15,9 @@ def sinusoidal_encoding(length, features, max_wavelength=10000.0, start=0):
     """The reference's real encoding `(length, features)`, float32:
     `PE[p, 2j] = sin(p / w^(j / (E/2)))`, `PE[p, 2j+1] = cos(...)`,
     positions from `start` (Vaswani et al., 2017)."""
-    positions = ops.cast(ops.arange(length), "float32")
+    # dtype given: Keras' torch backend cannot infer it from a symbolic
+    # length (a SymInt under torch.export).
+    positions = ops.cast(ops.arange(length, dtype="int32"), "float32")
     positions = positions + ops.cast(start, "float32")  # (T,)
     index = ops.arange(features)  # (E,)
     pair = ops.cast(index // 2, "float32")
@@ -109,7 +111,8 @@ class ComplexRotaryEmbedding(keras.layers.Layer):
 
     def call(self, inputs, start_index=0):
         features = inputs.shape[-1] // 2
-        positions = ops.cast(ops.arange(ops.shape(inputs)[1]), "float32")
+        length = ops.shape(inputs)[1]  # symbolic under torch.export
+        positions = ops.cast(ops.arange(length, dtype="int32"), "float32")
         positions = positions + ops.cast(start_index, "float32")  # (T,)
         exponent = ops.cast(ops.arange(features), "float32") / features
         theta = ops.power(self.max_wavelength, -exponent)  # (E,)

@@ -172,7 +172,10 @@ class _STFTBase(keras.layers.Layer):
         if not self._fft_in_tflite:
             why = "TFLite has no inverse FFT (IRFFT) builtin"
         elif not _tracing.float_activations():
-            why = "RFFT2D has no integer kernel (a calibrated mode)"
+            why = (
+                "this file cannot hold an FFT (a calibrated TFLite mode: "
+                "RFFT2D has no integer kernel; or an ONNX file)"
+            )
         elif not power_of_two:
             why = (
                 "RFFT2D takes power-of-two lengths only (fft_length="
