@@ -10,6 +10,10 @@ loader. Every complex array is returned in the stacked layout
 - `synthetic_modulation`: radio IQ sequences of standard digital
   modulations with random carrier phase, frequency offset and noise,
   labelled by modulation.
+- `score_music`: real scores (music21's corpus: Bach chorales, Haydn,
+  Mozart and Beethoven quartets) played by sampled instruments (a General
+  MIDI SoundFont), humanised, as audio with note labels aligned to a
+  `ComplexSTFT`'s frames: a MusicNet stand-in (the `music` extra).
 - `load_musicnet`: MusicNet features as preprocessed by the Complex
   Transformer pipeline (64 frames x [Re(2048) | Im(2048)], 128 notes).
 """
@@ -21,11 +25,15 @@ import zlib
 import numpy as np
 
 from cvattn_keras import _validation as check
+from cvattn_keras._score_music import ScoreMusic
+from cvattn_keras._score_music import score_music
 
 __all__ = [
     "MODULATIONS",
+    "ScoreMusic",
     "highest_audible_note",
     "load_musicnet",
+    "score_music",
     "synthetic_modulation",
     "synthetic_music",
     "synthetic_music_stft",

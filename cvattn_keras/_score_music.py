@@ -1,0 +1,1073 @@
+"""Real scores played by sampled instruments: `datasets.score_music`.
+
+A MusicNet stand-in built from the music21 corpus (encoded scores) and the
+General MIDI SoundFont that `pretty_midi` ships (`TimGM6mb.sf2`, GPL-2:
+read at run time, never copied, and no render is committed). Nothing is
+downloaded: both come from the package index (the `music` extra).
+
+The corpus subset
+-----------------
+`score_music_manifest.json` (in the package) is the allow-list: one entry
+per work (a chorale, or a quartet movement, or a whole quartet where the
+corpus stores it in one file), each with its corpus path, the sha256 of the
+file, the composer, the work id, the group it is split by and its split.
+
+- Kept: MusicXML (`.mxl`, `.xml`) of the Bach chorales and of the string
+  quartets of Haydn, Mozart and Beethoven in music21's corpus (plus
+  Mozart's K. 545 exposition, a keyboard piece). Their files carry no
+  rights notice; music21's `corpus/license.txt` says the encodings are
+  distributed with the encoders' permission.
+- Excluded: every Humdrum `.krn` file (the chorales BWV 277, 281 and 366
+  are "Copyright 1994, Center for Computer Assisted Research in the
+  Humanities" with derivative rights reserved; Beethoven's Op. 18 No. 1
+  `.krn` movements are CCARH encodings too and duplicate the `.mxl`
+  ones); every collection whose licence limits use (`essenFolksong`:
+  permission "for non-commercial distribution and use" only), and the
+  rest of the corpus (not needed: other composers and repertories).
+- Deduplicated: a chorale present twice (two formats, or the same
+  harmonisation under two BWV numbers: the same notes, transposition
+  aside) is kept once.
+- Split by group, so that no music is in two splits: a quartet (all its
+  movements) for the quartets, the chorale's melody for the chorales (the
+  same tune harmonised twice stays in one split).
+
+`_make_manifest()` rebuilds the manifest from an installed corpus; the
+sha256 of every file is checked when it is read, so a different corpus
+is a clear error, not a silently different data set.
+
+The render
+----------
+See `score_music`. The SoundFont is rendered by a small sample player
+written here in NumPy (`_SoundFont`: SF2 zones by key and velocity, root
+key and tuning, loops, the volume envelope; no filters, modulators or
+chorus), so that the extra needs no compiled synthesiser: `tinysoundfont`
+(the obvious one) requires `pyaudio`, which has no Linux wheel and fails
+to build without the PortAudio headers, a system package.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import struct
+import tempfile
+import warnings
+import zlib
+
+import numpy as np
+
+from cvattn_keras import _validation as check
+
+FORMAT_VERSION = 1
+SPLITS = ("train", "validation", "test")
+DEFAULT_MINUTES = {"train": 30.0, "validation": 5.0, "test": 10.0}
+# General MIDI programs a part is played with (keyboards and strings).
+PROGRAMS = {
+    0: "Acoustic Grand Piano",
+    1: "Bright Acoustic Piano",
+    6: "Harpsichord",
+    19: "Church Organ",
+    40: "Violin",
+    41: "Viola",
+    42: "Cello",
+    48: "String Ensemble 1",
+}
+_MANIFEST = os.path.join(os.path.dirname(__file__), "score_music_manifest.json")
+_EXTRA = 'pip install "cvattn_keras[music]"'
+
+
+def _dependencies():
+    """`(music21, pretty_midi)`, or an ImportError naming the extra."""
+    try:
+        import music21
+        import pretty_midi
+    except ImportError as error:
+        raise ImportError(
+            "score_music needs music21 and pretty_midi (for its SoundFont), "
+            f"in the `music` extra: {_EXTRA}"
+        ) from error
+    return music21, pretty_midi
+
+
+def _corpus_root(music21):
+    return os.path.dirname(os.path.abspath(music21.corpus.__file__))
+
+
+def _soundfont_path(pretty_midi):
+    return os.path.join(os.path.dirname(pretty_midi.__file__), "TimGM6mb.sf2")
+
+
+# ----------------------------------------------------------------------
+# A SoundFont (SF2) sample player.
+# ----------------------------------------------------------------------
+
+# Generator numbers of the SF2 2.04 specification.
+_START, _END, _LOOP_START, _LOOP_END = 0, 1, 2, 3
+_START_COARSE, _END_COARSE = 4, 12
+_LOOP_START_COARSE, _LOOP_END_COARSE = 45, 50
+_DELAY, _ATTACK, _HOLD, _DECAY, _SUSTAIN, _RELEASE = 33, 34, 35, 36, 37, 38
+_KEY_TO_HOLD, _KEY_TO_DECAY = 39, 40
+_INSTRUMENT, _KEY_RANGE, _VEL_RANGE = 41, 43, 44
+_ATTENUATION, _COARSE_TUNE, _FINE_TUNE = 48, 51, 52
+_SAMPLE_ID, _SAMPLE_MODES, _SCALE_TUNING, _ROOT_KEY = 53, 54, 56, 58
+_DEFAULTS = {
+    _DELAY: -12000,
+    _ATTACK: -12000,
+    _HOLD: -12000,
+    _DECAY: -12000,
+    _RELEASE: -12000,
+    _SCALE_TUNING: 100,
+    _ROOT_KEY: -1,
+}
+# Added to the instrument's value when a preset zone sets them (the sample
+# addresses, ranges and modes are the instrument's alone).
+_ADDITIVE = (
+    _DELAY,
+    _ATTACK,
+    _HOLD,
+    _DECAY,
+    _SUSTAIN,
+    _RELEASE,
+    _KEY_TO_HOLD,
+    _KEY_TO_DECAY,
+    _ATTENUATION,
+    _COARSE_TUNE,
+    _FINE_TUNE,
+)
+_MAX_RELEASE = 1.5  # seconds of release tail rendered at most
+
+
+def _chunks(data, start, stop):
+    """`{id: (start, stop)}` of the RIFF chunks in `data[start:stop]`, the
+    LIST chunks by their type."""
+    found = {}
+    while start + 8 <= stop:
+        name, size = struct.unpack_from("<4sI", data, start)
+        body = start + 8
+        if name == b"LIST":
+            found[data[body : body + 4]] = (body + 4, body + size)
+        else:
+            found[name] = (body, body + size)
+        start = body + size + (size & 1)
+    return found
+
+
+class _SoundFont:
+    """The presets of an SF2 file, played note by note.
+
+    `note(program, key, velocity, seconds, sample_rate, cents)` gives the
+    mono float64 waveform of one note: every zone of the General MIDI
+    program (bank 0) covering the key and velocity plays its sample,
+    resampled (linear interpolation) to the pitch (`scaleTuning`, the
+    root key, coarse and fine tuning, the sample's correction, and
+    `cents`), looped as the zone says, under the volume envelope (delay,
+    attack, hold, decay to sustain, and the release after `seconds`,
+    rendered for at most 1.5 s) and the attenuation; velocity scales the
+    amplitude by `(velocity / 127) ** 2` (SF2's default velocity curve,
+    about). A key no zone covers is played by the nearest zone.
+    """
+
+    def __init__(self, path):
+        with open(path, "rb") as file:
+            data = file.read()
+        if data[:4] != b"RIFF" or data[8:12] != b"sfbk":
+            raise ValueError(f"{path} is not a SoundFont 2 file")
+        top = _chunks(data, 12, len(data))
+        sdta = _chunks(data, *top[b"sdta"])
+        pdta = _chunks(data, *top[b"pdta"])
+        start, stop = sdta[b"smpl"]
+        self.samples = (
+            np.frombuffer(data, "<i2", (stop - start) // 2, start) / 32768.0
+        )
+
+        def records(name, fmt):
+            start, stop = pdta[name]
+            size = struct.calcsize(fmt)
+            return [
+                struct.unpack_from(fmt, data, offset)
+                for offset in range(start, stop, size)
+            ]
+
+        phdr = records(b"phdr", "<20sHHHIII")
+        pbag = records(b"pbag", "<HH")
+        pgen = records(b"pgen", "<Hh")
+        inst = records(b"inst", "<20sH")
+        ibag = records(b"ibag", "<HH")
+        igen = records(b"igen", "<Hh")
+        self.headers = records(b"shdr", "<20sIIIIIBbHH")
+
+        def zones(bags, gens, first, last, terminal):
+            """The generator dicts of bags `first:last`, each with the
+            global zone's defaults."""
+            out, shared = [], {}
+            for index in range(first, last):
+                zone = {}
+                for oper, amount in gens[bags[index][0] : bags[index + 1][0]]:
+                    if oper in (_KEY_RANGE, _VEL_RANGE):
+                        amount &= 0xFFFF
+                        amount = (amount & 0xFF, amount >> 8)
+                    zone[oper] = amount
+                if terminal in zone:
+                    out.append({**shared, **zone})
+                elif index == first:
+                    shared = zone
+            return out
+
+        self.instruments = [
+            zones(ibag, igen, inst[i][1], inst[i + 1][1], _SAMPLE_ID)
+            for i in range(len(inst) - 1)
+        ]
+        self.presets = {}
+        for i, header in enumerate(phdr[:-1]):
+            if header[2] == 0:  # bank 0: General MIDI
+                self.presets[header[1]] = zones(
+                    pbag, pgen, header[3], phdr[i + 1][3], _INSTRUMENT
+                )
+
+    def _zones(self, program, key, velocity):
+        """`[(instrument generators, preset generators)]` playing `key`."""
+        found, near = [], []
+        for preset in self.presets.get(program) or self.presets[0]:
+            for zone in self.instruments[preset[_INSTRUMENT]]:
+                keys = zone.get(_KEY_RANGE, (0, 127))
+                keys = (
+                    max(keys[0], preset.get(_KEY_RANGE, (0, 127))[0]),
+                    min(keys[1], preset.get(_KEY_RANGE, (0, 127))[1]),
+                )
+                vels = zone.get(_VEL_RANGE, (0, 127))
+                if not vels[0] <= velocity <= vels[1]:
+                    continue
+                if keys[0] <= key <= keys[1]:
+                    found.append((zone, preset))
+                distance = max(keys[0] - key, key - keys[1])
+                near.append((distance, len(near), (zone, preset)))
+        if found or not near:
+            return found
+        best = min(near)[0]
+        return [pair for d, _, pair in near if d == best]
+
+    def note(self, program, key, velocity, seconds, sample_rate, cents=0.0):
+        parts = []
+        for zone, preset in self._zones(program, key, velocity):
+
+            def gen(oper, zone=zone, preset=preset):
+                value = zone.get(oper, _DEFAULTS.get(oper, 0))
+                if oper in _ADDITIVE:
+                    value += preset.get(oper, 0)
+                return value
+
+            parts.append(
+                self._play(gen, key, velocity, seconds, sample_rate, cents)
+            )
+        if not parts:
+            return np.zeros(0)
+        length = max(p.size for p in parts)
+        out = np.zeros(length)
+        for p in parts:
+            out[: p.size] += p
+        return out
+
+    def _play(self, gen, key, velocity, seconds, sample_rate, cents):
+        name, start, end, loop_start, loop_end, rate, root, correction = (
+            self.headers[gen(_SAMPLE_ID)][:8]
+        )
+        start += gen(_START) + 32768 * gen(_START_COARSE)
+        end += gen(_END) + 32768 * gen(_END_COARSE)
+        loop_start += gen(_LOOP_START) + 32768 * gen(_LOOP_START_COARSE)
+        loop_end += gen(_LOOP_END) + 32768 * gen(_LOOP_END_COARSE)
+        if gen(_ROOT_KEY) >= 0:
+            root = gen(_ROOT_KEY)
+        elif root > 127:
+            root = 60
+        pitch = (
+            gen(_SCALE_TUNING) * (key - root)
+            + 100 * gen(_COARSE_TUNE)
+            + gen(_FINE_TUNE)
+            + correction
+            + cents
+        )
+        step = 2.0 ** (pitch / 1200.0) * rate / sample_rate
+
+        def timecents(oper, key_scale=None):
+            value = gen(oper)
+            if key_scale is not None:
+                value += gen(key_scale) * (60 - key)
+            return 2.0 ** (max(value, -12000) / 1200.0)
+
+        delay, attack = timecents(_DELAY), timecents(_ATTACK)
+        hold = timecents(_HOLD, _KEY_TO_HOLD)
+        decay = timecents(_DECAY, _KEY_TO_DECAY)
+        release = min(timecents(_RELEASE), _MAX_RELEASE)
+        sustain_db = min(max(gen(_SUSTAIN), 0), 1440) / 10.0
+        held = max(seconds, 0.0)
+        total = int(np.ceil((held + release) * sample_rate))
+        t = np.arange(total) / sample_rate
+        # Attenuation in dB over time: attack as a linear amplitude ramp,
+        # hold, then the decay at 100 dB per `decay` seconds down to the
+        # sustain level, and the release at 100 dB per `release` seconds
+        # from the level reached at note off.
+        after = np.maximum(t - delay - attack - hold, 0.0)
+        db = np.minimum(after * 100.0 / decay, sustain_db)
+        level_off = min(
+            max(held - delay - attack - hold, 0.0) * 100.0 / decay, sustain_db
+        )
+        off = t >= held
+        db[off] = level_off + (t[off] - held) * 100.0 / release
+        gain = 10.0 ** (-db / 20.0)
+        ramp = np.clip((t - delay) / max(attack, 1e-6), 0.0, 1.0)
+        gain *= ramp
+        gain *= 10.0 ** (-min(max(gen(_ATTENUATION), 0), 1440) / 200.0)
+        gain *= (velocity / 127.0) ** 2
+        # The sample, read at `step` per output sample.
+        position = np.arange(total) * step
+        mode = gen(_SAMPLE_MODES) & 3
+        loop = loop_end - loop_start
+        if mode in (1, 3) and loop > 1 and start <= loop_start < loop_end:
+            first = loop_start - start
+            wrap = position >= loop_end - start
+            position[wrap] = first + (position[wrap] - first) % loop
+            limit = loop_end - start
+        else:
+            limit = end - start - 1
+            gain[position >= limit] = 0.0
+            position = np.minimum(position, limit)
+        index = np.floor(position).astype(np.int64)
+        fraction = position - index
+        here = self.samples[start + np.minimum(index, limit)]
+        ahead = self.samples[start + np.minimum(index + 1, limit)]
+        return (here + fraction * (ahead - here)) * gain
+
+
+# ----------------------------------------------------------------------
+# The corpus: parsing and the manifest.
+# ----------------------------------------------------------------------
+
+
+def _parse_notes(path, music21):
+    """The notes of a score file, float64 `(N, 4)`: onset and offset in
+    quarter notes, MIDI pitch, part index; tied notes merged, grace notes
+    and unpitched (percussion) notes left out; sorted."""
+    with warnings.catch_warnings():
+        # music21 warns about encodings it repairs while reading (e.g. a
+        # MusicXMLWarning on an odd measure); its own, not ours.
+        warnings.filterwarnings("ignore", module=r"music21(\.|$)")
+        score = music21.converter.parse(
+            path, forceSource=True, storePickle=False
+        )
+        rows = []
+        for part_index, part in enumerate(score.parts):
+            tied = {}  # MIDI pitch -> the row a tie continues
+            elements = part.flatten().getElementsByClass(("Note", "Chord"))
+            for element in elements:
+                length = float(element.quarterLength)
+                if element.duration.isGrace or length <= 0:
+                    continue
+                onset = float(element.offset)
+                members = element.notes if element.isChord else (element,)
+                for note in members:
+                    midi = int(note.pitch.midi)
+                    tie = note.tie if note.tie is not None else element.tie
+                    tie = None if tie is None else tie.type
+                    if tie in ("stop", "continue") and midi in tied:
+                        rows[tied[midi]][1] = onset + length
+                    else:
+                        rows.append([onset, onset + length, midi, part_index])
+                        tied[midi] = len(rows) - 1
+                    if tie not in ("start", "continue"):
+                        tied.pop(midi, None)
+    notes = np.asarray(rows, np.float64).reshape(-1, 4)
+    return notes[np.lexsort((notes[:, 2], notes[:, 3], notes[:, 0]))]
+
+
+def _sha256(path):
+    with open(path, "rb") as file:
+        return hashlib.sha256(file.read()).hexdigest()
+
+
+def _unit(text):
+    """A number in [0, 1) from the sha256 of `text` (a fixed shuffle)."""
+    return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16) / 16**12
+
+
+# The quartets' split, by quartet (all movements together): about 6:1:2 of
+# the groups of each composer that has enough of them.
+_QUARTET_SPLITS = {
+    "beethoven/opus18no1": "train",
+    "beethoven/opus18no3": "train",
+    "beethoven/opus59no1": "train",
+    "beethoven/opus59no3": "train",
+    "beethoven/opus74": "train",
+    "beethoven/opus133": "train",
+    "beethoven/opus18no4": "validation",
+    "beethoven/opus18no5": "test",
+    "beethoven/opus59no2": "test",
+    "beethoven/opus132": "test",
+    "haydn/opus1no1": "train",
+    "haydn/opus74no1": "test",
+    "mozart/k80": "train",
+    "mozart/k155": "train",
+    "mozart/k545": "train",
+    "mozart/k156": "validation",
+    "mozart/k458": "test",
+}
+_EXCLUDED = [
+    {
+        "paths": "*.krn (bach/bwv277, bwv281, bwv366; beethoven/opus18no1)",
+        "why": "Humdrum encodings of the Center for Computer Assisted "
+        "Research in the Humanities (CCARH): 'Copyright 1994, CCARH ... "
+        "Rights to all derivative electronic formats reserved'; the "
+        "opus18no1 movements are also in the kept .mxl files",
+    },
+    {
+        "paths": "essenFolksong/*",
+        "why": "licensed 'for non-commercial distribution and use' only "
+        "(essenFolksong/license.txt)",
+    },
+    {
+        "paths": "bach/choraleAnalyses/*",
+        "why": "Roman-numeral analyses, not scores",
+    },
+    {
+        "paths": "all other composers and collections",
+        "why": "not needed: the kept works are MusicNet's composers that "
+        "the corpus has (Bach, Beethoven, Haydn, Mozart)",
+    },
+]
+
+
+def _make_manifest(root=None):
+    """The manifest's dict, made from the corpus at `root` (default: the
+    installed music21's). Parses every candidate (about a minute); run
+    it and write `score_music_manifest.json` when the corpus changes:
+
+        import json
+        from cvattn_keras import _score_music as s
+        with open(s._MANIFEST, "w") as file:
+            json.dump(s._make_manifest(), file, indent=1)
+    """
+    music21, _ = _dependencies()
+    root = root or _corpus_root(music21)
+    candidates = []
+    for composer in ("bach", "beethoven", "haydn", "mozart"):
+        for folder, _, files in sorted(os.walk(os.path.join(root, composer))):
+            relative = os.path.relpath(folder, root).replace(os.sep, "/")
+            if "choraleAnalyses" in relative:
+                continue
+            for name in sorted(files):
+                if name.endswith((".mxl", ".xml")):
+                    candidates.append((composer, f"{relative}/{name}"))
+    works, seen = [], set()
+    for composer, path in candidates:
+        notes = _parse_notes(os.path.join(root, path), music21)
+        if not notes.size:
+            continue
+        # Identical notes, transposition aside: the same work.
+        content = notes[:, :3] - [notes[0, 0], notes[0, 0], notes[:, 2].min()]
+        content = np.unique(np.round(content, 6), axis=0).tobytes()
+        if content in seen:
+            continue
+        seen.add(content)
+        stem = path.rsplit(".", 1)[0]
+        if composer == "bach":
+            # The tune: the intervals of the highest part's first pitches.
+            parts = np.unique(notes[:, 3])
+            means = [notes[notes[:, 3] == p, 2].mean() for p in parts]
+            top = notes[notes[:, 3] == parts[int(np.argmax(means))], 2]
+            top = top[np.r_[True, np.diff(top) != 0]][:12]
+            tune = hashlib.sha256(np.diff(top).tobytes()).hexdigest()[:10]
+            group = f"bach/tune-{tune}"
+        else:
+            group = stem.split("/movement")[0]
+        works.append(
+            {
+                "path": path,
+                "sha256": _sha256(os.path.join(root, path)),
+                "composer": composer,
+                "work": stem,
+                "group": group,
+                "quarters": float(notes[:, 1].max()),
+            }
+        )
+    for work in works:
+        if work["composer"] == "bach":
+            share = _unit(work["group"])
+            work["split"] = (
+                "train"
+                if share < 6 / 9
+                else "validation"
+                if share < 7 / 9
+                else "test"
+            )
+        else:
+            work["split"] = _QUARTET_SPLITS[work["group"]]
+    # The order a split is taken in: composers in turn, each composer's
+    # works in a fixed shuffle, so that any prefix mixes them.
+    ordered = []
+    for split in SPLITS:
+        queues = {}
+        for work in sorted(works, key=lambda w: _unit(w["work"])):
+            if work["split"] == split:
+                queues.setdefault(work["composer"], []).append(work)
+        while any(queues.values()):
+            for composer in sorted(queues):
+                if queues[composer]:
+                    ordered.append(queues[composer].pop(0))
+    return {
+        "format": 1,
+        "music21": music21.__version__,
+        "corpus": "music21/corpus (paths relative to it)",
+        "excluded": _EXCLUDED,
+        "works": ordered,
+    }
+
+
+def _manifest():
+    with open(_MANIFEST, encoding="utf-8") as file:
+        return json.load(file)
+
+
+def _corpus_file(work, root):
+    """The path of a manifest entry, its sha256 checked."""
+    path = os.path.join(root, *work["path"].split("/"))
+    try:
+        found = _sha256(path)
+    except OSError as error:
+        found = f"unreadable ({type(error).__name__}: {error})"
+    if found != work["sha256"]:
+        raise ValueError(
+            f"The music21 corpus differs from the one score_music's manifest "
+            f"was made from: {path} should have sha256 {work['sha256']}, it "
+            f"has {found}. Install the music21 version the manifest names, "
+            "or rebuild the manifest (`_score_music._make_manifest`)."
+        )
+    return path
+
+
+# ----------------------------------------------------------------------
+# The cache.
+# ----------------------------------------------------------------------
+
+
+def _cache_root(cache_dir):
+    if cache_dir is None:
+        cache_dir = os.environ.get("CVATTN_KERAS_CACHE") or os.path.join(
+            os.path.expanduser("~"), ".cache", "cvattn_keras"
+        )
+    try:
+        cache_dir = os.fspath(cache_dir)
+    except TypeError:
+        raise ValueError(
+            "`cache_dir` must be a path or None. Received: "
+            f"cache_dir={cache_dir!r}"
+        ) from None
+    return os.path.join(cache_dir, "score_music")
+
+
+def _write_atomic(path, arrays):
+    """`np.savez` to a temporary file beside `path`, then renamed."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    handle, temporary = tempfile.mkstemp(
+        dir=os.path.dirname(path), suffix=".tmp"
+    )
+    try:
+        with os.fdopen(handle, "wb") as file:
+            np.savez(file, **arrays)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def _checksum(arrays):
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        if name != "checksum":
+            digest.update(name.encode())
+            digest.update(np.ascontiguousarray(arrays[name]).tobytes())
+    return digest.hexdigest()
+
+
+def _read_cache(path):
+    """The arrays of a cache file, or None when it is missing, unreadable or
+    fails its checksum (then it is rebuilt)."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, EOFError, zlib.error, KeyError):
+        return None
+    except Exception:  # a damaged zip: zipfile.BadZipFile and the like
+        return None
+    if str(arrays.get("checksum")) != _checksum(arrays):
+        return None
+    return arrays
+
+
+def _score_notes(work, root, cache, music21):
+    """The parsed notes of a manifest entry (`_parse_notes`), cached by the
+    file's sha256."""
+    path = os.path.join(
+        cache, "parsed", f"v{FORMAT_VERSION}-{work['sha256']}.npz"
+    )
+    arrays = _read_cache(path)
+    if arrays is None:
+        notes = _parse_notes(_corpus_file(work, root), music21)
+        arrays = {"notes": notes}
+        arrays["checksum"] = np.array(_checksum(arrays))
+        _write_atomic(path, arrays)
+    return arrays["notes"]
+
+
+# ----------------------------------------------------------------------
+# The render.
+# ----------------------------------------------------------------------
+
+
+def default_stft():
+    """The `layers.ComplexSTFT` that `score_music` aligns its labels to by
+    default: `ComplexSTFT(2048, 512, bins=(0, 640), name="stft")`, at 16
+    kHz frames of 128 ms every 32 ms (31.25 frames per second), centred,
+    the periodic Hann window, 640 bins of 7.8 Hz up to 5 kHz (the
+    fundamentals of the piano's whole range, and mir_eval's frequency
+    range)."""
+    from cvattn_keras.layers import ComplexSTFT
+
+    return ComplexSTFT(2048, 512, bins=(0, 640), name="stft")
+
+
+def _frame_centres(stft, length, clip_seconds):
+    """The centre sample of each of `stft`'s frames of `length` samples
+    (the last sample for a centre past the end), as in
+    `datasets.synthetic_music`."""
+    from cvattn_keras.stft import frame_count
+
+    count = frame_count(length, stft.frame_step, stft.fft_length, stft.center)
+    reflect = stft.center and stft.pad_mode == "reflect"
+    if count < 1 or (reflect and length <= stft.fft_length // 2):
+        raise ValueError(
+            f"`stft` gives no frame of a clip of `clip_seconds` "
+            f"({length} samples): it needs at least fft_length="
+            f"{stft.fft_length} samples (more than half of that with "
+            "pad_mode='reflect'). Received: clip_seconds="
+            f"{clip_seconds!r}, stft fft_length={stft.fft_length}"
+        )
+    offset = 0 if stft.center else stft.fft_length // 2
+    centres = np.arange(count) * stft.frame_step + offset
+    return np.minimum(centres, length - 1)
+
+
+def _room(rng, sample_rate):
+    """A short room: an exponentially decaying noise burst (RT60 of 0.2 to
+    0.8 s), mixed in at a drawn wet gain, by FFT convolution."""
+    rt60 = rng.uniform(0.2, 0.8)
+    wet = rng.uniform(0.1, 0.35)
+    t = np.arange(int(rt60 * sample_rate)) / sample_rate
+    response = rng.standard_normal(t.size) * np.exp(-6.9 * t / rt60)
+    response *= wet / np.sqrt(np.sum(response**2))
+    response[0] += 1.0  # the direct sound
+    return response
+
+
+def _render(notes, soundfont, rng, settings, clips):
+    """One work's audio and notes (start and stop samples, MIDI pitch),
+    `clips` clips long, humanised with `rng`."""
+    rate = settings["sample_rate"]
+    bpm = rng.uniform(*settings["tempo"])
+    parts = int(notes[:, 3].max()) + 1
+    programs = rng.choice(sorted(PROGRAMS), size=parts)
+    detune = rng.uniform(-1, 1, parts) * settings["detune_cents"]
+    loudness = rng.uniform(55, 110, parts)
+    jitter = rng.normal(0, settings["jitter_seconds"], len(notes))
+    jitter = np.clip(jitter, -3 * settings["jitter_seconds"], None)
+    part = notes[:, 3].astype(np.int64)
+    velocity = np.round(loudness[part] + rng.normal(0, 8, len(notes)))
+    velocity = np.clip(velocity, 20, 127).astype(np.int64)
+    snr_db = rng.uniform(*settings["snr_db"])
+    room = _room(rng, rate)
+    length = clips * settings["clip_samples"]
+    seconds = notes[:, :2] * 60.0 / bpm + jitter[:, None]
+    start = np.round(np.maximum(seconds[:, 0], 0.0) * rate).astype(np.int64)
+    stop = np.maximum(
+        np.round(seconds[:, 1] * rate).astype(np.int64), start + 1
+    )
+    pitch = notes[:, 2].astype(np.int64)
+    low = settings["lowest_note"]
+    keep = (pitch >= low) & (pitch < low + settings["notes"]) & (start < length)
+    audio = np.zeros(length)
+    for i in np.flatnonzero(keep):
+        wave = soundfont.note(
+            int(programs[part[i]]),
+            int(pitch[i]),
+            int(velocity[i]),
+            (stop[i] - start[i]) / rate,
+            rate,
+            detune[part[i]],
+        )[: length - start[i]]
+        audio[start[i] : start[i] + wave.size] += wave
+    wet = np.fft.irfft(
+        np.fft.rfft(audio, length + room.size)
+        * np.fft.rfft(room, length + room.size),
+        length + room.size,
+    )
+    audio = wet[:length]
+    power = np.mean(audio**2)
+    noise = rng.standard_normal(length) * np.sqrt(power / 10 ** (snr_db / 10))
+    audio = audio + noise
+    audio *= 0.9 / max(np.max(np.abs(audio)), 1e-12)
+    return audio, np.stack([start, np.minimum(stop, length), pitch], -1)[keep]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ScoreMusic:
+    """What `score_music` returns.
+
+    Attributes:
+        audio: float32 `(clips, samples)`, in [-1, 1].
+        labels: float32 0/1 `(clips, frames, notes)`: note `k` (MIDI
+            `lowest_note + k`) sounds at the centre sample of frame `t` of
+            `stft`.
+        notes: per clip, a list of `(onset_seconds, offset_seconds,
+            midi_pitch)` relative to the clip's start (cut to the clip:
+            a note held over from the clip before starts at 0), sorted.
+        works: per clip, the manifest's work id (e.g. `"bach/bwv308"`).
+        sample_rate: Hz.
+        frame_rate: frames per second, `sample_rate / stft.frame_step`.
+        lowest_note: MIDI number of note 0.
+        clip_seconds: seconds per clip.
+        split: `"train"`, `"validation"` or `"test"`.
+        stft_config: the `get_config()` of the `ComplexSTFT` the labels
+            are aligned to (`as_stft` takes it back).
+    """
+
+    audio: np.ndarray
+    labels: np.ndarray
+    notes: list
+    works: list
+    sample_rate: int
+    frame_rate: float
+    lowest_note: int
+    clip_seconds: float
+    split: str
+    stft_config: dict
+
+
+def _pair(value, name, low=-float("inf")):
+    """A number `x` as `(x, x)`, or a `(low, high)` pair, finite, ordered,
+    above `low`."""
+    if check._is_real(value):
+        value = (value, value)
+    try:
+        a, b = value
+    except (TypeError, ValueError):
+        a = b = None
+    if not (check._is_real(a) and check._is_real(b) and low < a <= b):
+        bound = "" if low == -float("inf") else f" > {low:g}"
+        raise ValueError(
+            f"`{name}` must be a finite number{bound} or a pair (low, high) "
+            f"of them with low <= high. Received: {name}={value!r}"
+        )
+    return float(a), float(b)
+
+
+def _check_arguments(split, minutes, sample_rate, seed, lowest_note, notes):
+    if not isinstance(split, str) or split not in SPLITS:
+        raise ValueError(
+            f"`split` must be one of {SPLITS}. Received: split={split!r}"
+        )
+    if minutes is not None:
+        check.greater_than(minutes, "minutes")
+    if not check._is_int(sample_rate) or not 8000 <= sample_rate <= 48000:
+        raise ValueError(
+            "`sample_rate` must be an int from 8000 to 48000 (Hz). Received: "
+            f"sample_rate={sample_rate!r}"
+        )
+    if not check._is_int(seed) or seed < 0:
+        raise ValueError(f"`seed` must be an int >= 0. Received: seed={seed!r}")
+    if not check._is_int(lowest_note) or not 0 <= lowest_note <= 127:
+        raise ValueError(
+            "`lowest_note` must be a MIDI number, an int from 0 to 127. "
+            f"Received: lowest_note={lowest_note!r}"
+        )
+    if not check._is_int(notes) or not 1 <= notes <= 128 - lowest_note:
+        raise ValueError(
+            f"`notes` must be an int from 1 to 128 - lowest_note = "
+            f"{128 - lowest_note} (MIDI notes end at 127). Received: "
+            f"notes={notes!r}, lowest_note={lowest_note!r}"
+        )
+    top = lowest_note + notes - 1
+    if 440.0 * 2.0 ** ((top - 69) / 12.0) >= sample_rate / 2:
+        raise ValueError(
+            f"The highest note, MIDI {top} (`lowest_note + notes - 1`), has "
+            f"its fundamental above the Nyquist frequency of `sample_rate` "
+            f"({sample_rate / 2:g} Hz): lower `notes` or raise "
+            f"`sample_rate`. Received: lowest_note={lowest_note}, "
+            f"notes={notes}, sample_rate={sample_rate}"
+        )
+
+
+def score_music(
+    split,
+    minutes=None,
+    sample_rate=16000,
+    seed=0,
+    cache_dir=None,
+    stft=None,
+    lowest_note=21,
+    notes=88,
+    clip_seconds=10.0,
+    snr_db=(20.0, 40.0),
+    tempo=(60.0, 120.0),
+    max_work_seconds=60.0,
+    detune_cents=10.0,
+    jitter_seconds=0.01,
+):
+    """Real scores played by sampled instruments: a MusicNet stand-in.
+
+    Works of the music21 corpus (Bach chorales; string quartets of Haydn,
+    Mozart and Beethoven; see the manifest, `score_music_manifest.json`,
+    456 works) are split by work (a quartet's movements, and the
+    harmonisations of one chorale tune, stay together) into `"train"`,
+    `"validation"` and `"test"`; no work is in two splits. A split is
+    taken in the manifest's order (the composers in turn) until it holds
+    `minutes` of audio, at most `max_work_seconds` from the start of each
+    work, cut into clips of `clip_seconds` (a work's last partial clip is
+    left out; a clip never spans two works).
+
+    Each work is rendered with the General MIDI SoundFont that
+    `pretty_midi` ships (`TimGM6mb.sf2`), humanised from `seed` and the
+    work's id (so a work sounds the same whatever else is rendered):
+    a tempo in quarter notes per minute drawn from `tempo`, each part a
+    General MIDI program drawn from `PROGRAMS` (pianos, harpsichord,
+    organ, strings) and a detuning drawn from `+-detune_cents`, each part
+    a loudness (velocity 55-110) and each note a velocity around it and
+    an onset and offset jitter (Gaussian, `jitter_seconds`), a room (an
+    exponentially decaying noise response, RT60 0.2-0.8 s) and white
+    noise at an SNR drawn from `snr_db`; the audio of each work is then
+    scaled to a peak of 0.9. Notes outside `lowest_note` to
+    `lowest_note + notes - 1` are neither played nor labelled.
+
+    A note sounds on the samples `[start, stop)` from its (jittered)
+    onset to its offset, its release tail unlabelled (as MusicNet's
+    labels follow the score); the label of frame `t` is 1 for each note
+    sounding at the frame's centre sample, `t * frame_step` when
+    `stft.center`, `t * frame_step + fft_length // 2` otherwise (a centre
+    past the end counts as the last sample): the rule of
+    `synthetic_music(output="waveform")`. The frames per clip are
+    `cvattn_keras.stft.frame_count(samples, frame_step, fft_length,
+    center)`.
+
+    The result is rendered once and cached in `cache_dir` under a key of
+    every argument that changes it (and a format version); the parsed
+    scores are cached too. A cache file that is unreadable or fails its
+    checksum is rebuilt. The same arguments give the same bytes. With the
+    defaults the three splits (45 minutes) build in about a minute.
+
+    Args:
+        split: `"train"`, `"validation"` or `"test"`.
+        minutes: minutes of audio (rounded to whole clips, at least one);
+            `None`: the split's default, 30, 5 and 10.
+        sample_rate: Hz, an int from 8000 to 48000.
+        seed: an int >= 0, for the humanisation.
+        cache_dir: where the renders are cached (in its `score_music`
+            folder). `None`: `$CVATTN_KERAS_CACHE`, else
+            `~/.cache/cvattn_keras`. Keep it outside a repository: the
+            renders derive from the corpus and the SoundFont (GPL-2).
+        stft: the `layers.ComplexSTFT` the labels are aligned to, a layer
+            or a dict of its `get_config()`. `None`: `default_stft()`,
+            `ComplexSTFT(2048, 512, bins=(0, 640))` (for 16 kHz).
+        lowest_note: MIDI number of note 0 (default 21, A0).
+        notes: the number of notes labelled (default 88, A0 to C8).
+        clip_seconds: seconds per clip, finite, > 0.
+        snr_db: the noise's SNR in dB: a number, or a `(low, high)` range
+            drawn per work.
+        tempo: quarter notes per minute, a number or a `(low, high)` range
+            drawn per work, > 0.
+        max_work_seconds: seconds taken from each work at most (at least
+            `clip_seconds`); `None`: whole works.
+        detune_cents: the largest detuning of a part, finite, >= 0.
+        jitter_seconds: the standard deviation of the note timing jitter,
+            finite, >= 0.
+
+    Returns:
+        A `ScoreMusic`: `audio`, `labels`, `notes`, `works`,
+        `sample_rate`, `frame_rate` and the settings.
+
+    Raises:
+        ValueError: an argument out of its range (named, with the value
+            received); a highest note above the Nyquist frequency; a clip
+            shorter than one frame of `stft`; `minutes` more than the
+            split holds; a corpus file whose sha256 differs from the
+            manifest's.
+        ImportError: without music21 or pretty_midi
+            (`pip install "cvattn_keras[music]"`).
+    """
+    from cvattn_keras.layers.stft import as_stft
+
+    _check_arguments(split, minutes, sample_rate, seed, lowest_note, notes)
+    clip_seconds = check.greater_than(clip_seconds, "clip_seconds")
+    snr_db = _pair(snr_db, "snr_db")
+    tempo = _pair(tempo, "tempo", low=0.0)
+    if max_work_seconds is not None and not (
+        check._is_real(max_work_seconds) and max_work_seconds >= clip_seconds
+    ):
+        raise ValueError(
+            "`max_work_seconds` must be None or a finite number >= "
+            f"clip_seconds ({clip_seconds:g}). Received: "
+            f"max_work_seconds={max_work_seconds!r}"
+        )
+    for name, value in (
+        ("detune_cents", detune_cents),
+        ("jitter_seconds", jitter_seconds),
+    ):
+        if not check._is_real(value) or value < 0:
+            raise ValueError(
+                f"`{name}` must be a finite number >= 0. Received: "
+                f"{name}={value!r}"
+            )
+    stft = default_stft() if stft is None else as_stft(stft)
+    clip_samples = int(round(clip_seconds * sample_rate))
+    centres = _frame_centres(stft, clip_samples, clip_seconds)
+    cache = _cache_root(cache_dir)
+    music21, pretty_midi = _dependencies()
+    root = _corpus_root(music21)
+    if minutes is None:
+        minutes = DEFAULT_MINUTES[split]
+    clips = max(1, int(round(minutes * 60.0 / clip_seconds)))
+    settings = {
+        "format": FORMAT_VERSION,
+        "split": split,
+        "clips": clips,
+        "sample_rate": int(sample_rate),
+        "seed": int(seed),
+        "lowest_note": int(lowest_note),
+        "notes": int(notes),
+        "clip_samples": clip_samples,
+        "snr_db": snr_db,
+        "tempo": tempo,
+        "max_work_seconds": (
+            None if max_work_seconds is None else float(max_work_seconds)
+        ),
+        "detune_cents": float(detune_cents),
+        "jitter_seconds": float(jitter_seconds),
+        "frames": [int(c) for c in centres],
+        "manifest": _sha256(_MANIFEST),
+        "soundfont": os.path.getsize(_soundfont_path(pretty_midi)),
+    }
+    key = hashlib.sha256(
+        json.dumps(settings, sort_keys=True).encode()
+    ).hexdigest()
+    path = os.path.join(cache, f"{split}-{key[:24]}.npz")
+    arrays = _read_cache(path)
+    works = {work["work"]: work for work in _manifest()["works"]}
+    # At most this many clips, at the slowest tempo (the manifest has each
+    # work's length in quarter notes): refused before any parsing.
+    most = 0
+    for work in works.values():
+        if work["split"] == split:
+            seconds = work["quarters"] * 60.0 / tempo[0]
+            if max_work_seconds is not None:
+                seconds = min(seconds, max_work_seconds)
+            most += int(seconds * sample_rate) // clip_samples
+    if clips > most:
+        raise ValueError(
+            f"`minutes` asks for {clips} clips of {clip_seconds:g} s; the "
+            f"{split!r} split holds at most {most} with these settings. "
+            "Lower `minutes` or raise `max_work_seconds`. Received: "
+            f"minutes={minutes!r}"
+        )
+    if arrays is not None:
+        for work in sorted(set(arrays["works"].tolist())):
+            _corpus_file(works[work], root)
+    else:
+        arrays = _build(settings, works, root, cache, music21, pretty_midi)
+        arrays["labels"] = _labels(arrays["notes"], centres, settings)
+        arrays["checksum"] = np.array(_checksum(arrays))
+        _write_atomic(path, arrays)
+    rows = arrays["notes"]
+    per_clip = [[] for _ in range(clips)]
+    for clip, start, stop, pitch in rows.tolist():
+        per_clip[int(clip)].append(
+            (start / sample_rate, stop / sample_rate, int(pitch))
+        )
+    return ScoreMusic(
+        audio=arrays["audio"],
+        labels=arrays["labels"].astype(np.float32),
+        notes=per_clip,
+        works=arrays["works"].tolist(),
+        sample_rate=int(sample_rate),
+        frame_rate=sample_rate / stft.frame_step,
+        lowest_note=int(lowest_note),
+        clip_seconds=clip_samples / sample_rate,
+        split=split,
+        stft_config=stft.get_config(),
+    )
+
+
+def _labels(rows, centres, settings):
+    """0/1 uint8 `(clips, frames, notes)` from the notes' rows `(clip,
+    start, stop, pitch)` (samples from the clip's start)."""
+    labels = np.zeros(
+        (settings["clips"], centres.size, settings["notes"]), np.uint8
+    )
+    first = np.searchsorted(centres, rows[:, 1], "left")
+    last = np.searchsorted(centres, rows[:, 2], "left")
+    for (clip, _, _, pitch), a, b in zip(rows.tolist(), first, last):
+        labels[int(clip), a:b, int(pitch) - settings["lowest_note"]] = 1
+    return labels
+
+
+def _build(settings, works, root, cache, music21, pretty_midi):
+    """Renders a split: `{"audio", "notes", "works"}`."""
+    soundfont = _SoundFont(_soundfont_path(pretty_midi))
+    rate, size = settings["sample_rate"], settings["clip_samples"]
+    need = settings["clips"]
+    audio, rows, names = [], [], []
+    for work in works.values():
+        if work["split"] != settings["split"]:
+            continue
+        if len(names) >= need:
+            break
+        notes = _score_notes(work, root, cache, music21)
+        if not notes.size:
+            continue
+        identity = int(hashlib.sha256(work["work"].encode()).hexdigest(), 16)
+        rng = np.random.default_rng([settings["seed"], identity % 2**64])
+        # The clips this work gives, at the drawn tempo (drawn again, the
+        # same value, by `_render`).
+        bpm = np.random.default_rng(
+            [settings["seed"], identity % 2**64]
+        ).uniform(*settings["tempo"])
+        seconds = float(notes[:, 1].max()) * 60.0 / bpm
+        if settings["max_work_seconds"] is not None:
+            seconds = min(seconds, settings["max_work_seconds"])
+        count = min(int(seconds * rate) // size, need - len(names))
+        if count < 1:
+            continue
+        wave, found = _render(notes, soundfont, rng, settings, count)
+        for clip in range(count):
+            low, high = clip * size, (clip + 1) * size
+            audio.append(wave[low:high])
+            inside = found[(found[:, 0] < high) & (found[:, 1] > low)]
+            for start, stop, pitch in inside.tolist():
+                rows.append(
+                    (
+                        len(names),
+                        max(start - low, 0),
+                        min(stop - low, size),
+                        pitch,
+                    )
+                )
+            names.append(work["work"])
+    if len(names) < need:
+        raise ValueError(
+            f"The {settings['split']!r} split holds {len(names)} clips of "
+            f"{size / rate:g} s with these settings, fewer than `minutes` "
+            f"asks ({need} clips). Lower `minutes` or raise "
+            "`max_work_seconds`."
+        )
+    rows = np.asarray(rows, np.int64).reshape(-1, 4)
+    return {
+        "audio": np.asarray(audio, np.float32),
+        "notes": rows[np.lexsort((rows[:, 3], rows[:, 1], rows[:, 0]))],
+        "works": np.asarray(names),
+    }
