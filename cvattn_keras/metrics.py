@@ -355,9 +355,20 @@ def average_precision(labels, scores):
     `labels` (any equal shapes, flattened): `sum_k (R_k - R_{k-1}) P_k`
     over the distinct scores from the highest down, ties counted together
     (scikit-learn's `average_precision_score` of the flattened arrays,
-    MusicNet's metric). NaN when no label is 1."""
-    labels = np.asarray(labels, np.float64).ravel()
-    scores = np.asarray(scores, np.float64).ravel()
+    MusicNet's metric). NaN when no label is 1 (or none is given); a
+    `ValueError` for shapes that differ or scores that are not finite."""
+    labels, scores = np.asarray(labels), np.asarray(scores)
+    if labels.shape != scores.shape:
+        raise ValueError(
+            "`labels` and `scores` must have the same shape. Received: "
+            f"{labels.shape} and {scores.shape}"
+        )
+    labels = labels.astype(np.float64).ravel()
+    scores = scores.astype(np.float64).ravel()
+    if not labels.size:
+        return float("nan")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError("`scores` must be finite. Received: NaN or inf")
     order = np.argsort(-scores, kind="stable")
     labels, scores = labels[order], scores[order]
     last = np.r_[np.flatnonzero(np.diff(scores)), scores.size - 1]
@@ -398,6 +409,18 @@ def _check_roll(array, name, ndim=(2,)):
     return array.astype(np.float64)
 
 
+def _check_threshold(threshold):
+    number = not isinstance(threshold, bool) and isinstance(
+        threshold, (int, float, np.integer, np.floating)
+    )
+    if not number or not 0 < threshold < 1:
+        raise ValueError(
+            "`threshold` must be a probability in (0, 1). Received: "
+            f"threshold={threshold!r}"
+        )
+    return float(threshold)
+
+
 def frames_to_notes(
     probabilities,
     frame_rate,
@@ -431,6 +454,7 @@ def frames_to_notes(
     """
     p = _check_roll(probabilities, "probabilities")
     frame_rate = _check_frame_rate(frame_rate)
+    threshold = _check_threshold(threshold)
     if (
         isinstance(min_frames, bool)
         or not isinstance(min_frames, (int, np.integer))
@@ -470,6 +494,9 @@ def _mir_eval():
     return mir_eval
 
 
+_MIN_HERTZ, _MAX_HERTZ = 20.0, 5000.0
+
+
 def _hertz(midi):
     return 440.0 * 2.0 ** ((np.asarray(midi, np.float64) - 69) / 12)
 
@@ -490,13 +517,15 @@ def transcription_scores(
     - `"frame_precision"`, `"frame_recall"`, `"frame_accuracy"`:
       `mir_eval.multipitch.evaluate` of the notes above `threshold` in
       each frame against the labels' (as frequencies, frame times at the
-      frames' starts; clips laid end to end).
+      frames' starts; clips laid end to end), over the notes mir_eval
+      admits: 20 Hz to 5 kHz (MIDI 16 to 111).
     - `"note_precision"`, `"note_recall"`, `"note_f1"`: onset-only note
       transcription (`mir_eval.transcription.precision_recall_f1_overlap`
       with `offset_ratio=None`: an estimated note matches a reference note
       of the same pitch, within 50 cents, whose onset is within
-      `onset_tolerance` seconds), after `frames_to_notes` decodes both the
-      probabilities and the labels (a run of 1s is a note).
+      `onset_tolerance` seconds), after `frames_to_notes` decodes the
+      probabilities (with `threshold` and `min_frames`) and the labels
+      (every run of 1s is a note).
 
     The ground truth scores 1.0 on each; a constant predictor scores an AP
     equal to the density of the labels.
@@ -505,7 +534,8 @@ def transcription_scores(
         labels: 0/1, `(frames, notes)` or `(clips, frames, notes)`.
         probabilities: the same shape, in [0, 1] (sigmoid of the logits).
         frame_rate: frames per second.
-        threshold, min_frames: the decoding's (`frames_to_notes`).
+        threshold, min_frames: the decoding of the probabilities
+            (`frames_to_notes`).
         lowest_note: the MIDI number of note 0 (for the frequencies).
         onset_tolerance: seconds, for the note scores (mir_eval's default
             0.05).
@@ -528,21 +558,33 @@ def transcription_scores(
     if not np.all((labels == 0) | (labels == 1)):
         raise ValueError("`labels` must hold only 0 and 1.")
     frame_rate = _check_frame_rate(frame_rate)
+    threshold = _check_threshold(threshold)
     mir_eval = _mir_eval()
     clips = labels.reshape((-1,) + labels.shape[-2:])
     guesses = probabilities.reshape(clips.shape)
     frames, notes = clips.shape[1:]
     hertz = _hertz(lowest_note + np.arange(notes))
+    # mir_eval's multipitch takes 20 Hz to 5 kHz (MIDI 16 to 111) only.
+    audible = (hertz >= _MIN_HERTZ) & (hertz <= _MAX_HERTZ)
     duration = frames / frame_rate
     times = np.arange(clips.shape[0] * frames) / frame_rate
-    reference = [hertz[row > 0.5] for row in clips.reshape(-1, notes)]
-    estimate = [hertz[row > threshold] for row in guesses.reshape(-1, notes)]
+    reference = [
+        hertz[(row > 0.5) & audible] for row in clips.reshape(-1, notes)
+    ]
+    estimate = [
+        hertz[(row > threshold) & audible] for row in guesses.reshape(-1, notes)
+    ]
     intervals = {"ref": [], "est": []}
     pitches = {"ref": [], "est": []}
     for i, (truth, guess) in enumerate(zip(clips, guesses)):
-        for key, roll, cut in (("ref", truth, 0.5), ("est", guess, threshold)):
+        # The reference's notes are every run of 1s (`min_frames` filters
+        # the estimate only: a short note missed still counts).
+        for key, roll, cut, shortest in (
+            ("ref", truth, 0.5, 1),
+            ("est", guess, threshold, min_frames),
+        ):
             for onset, offset, pitch in frames_to_notes(
-                roll, frame_rate, cut, min_frames, lowest_note, i * duration
+                roll, frame_rate, cut, shortest, lowest_note, i * duration
             ):
                 intervals[key].append((onset, offset))
                 pitches[key].append(pitch)

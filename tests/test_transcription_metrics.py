@@ -120,6 +120,11 @@ def test_bad_arguments_are_named(rng):
         scores(labels[0, 0], labels[0, 0], 100)
     with pytest.raises(ValueError, match="min_frames=0"):
         metrics.frames_to_notes(labels[0], 100, min_frames=0)
+    for threshold in (0, 1, 1.5, float("nan"), "0.5", True):
+        with pytest.raises(ValueError, match="threshold="):
+            scores(labels, labels, 100, threshold=threshold)
+        with pytest.raises(ValueError, match="threshold="):
+            metrics.frames_to_notes(labels[0], 100, threshold=threshold)
 
 
 def test_missing_mir_eval_names_the_extra(rng, monkeypatch):
@@ -129,3 +134,38 @@ def test_missing_mir_eval_names_the_extra(rng, monkeypatch):
     labels = _music(rng)
     with pytest.raises(ImportError, match=r"cvattn_keras\[music\]"):
         metrics.transcription_scores(labels, labels, 100)
+
+
+def test_notes_outside_mir_evals_range_are_left_out_of_frame_scores():
+    # MusicNet's 128 notes from MIDI 0: notes below 20 Hz (MIDI 15) and
+    # above 5 kHz (MIDI 112) are outside mir_eval's multipitch range.
+    labels = np.zeros((10, 128))
+    labels[2:6, 69] = 1
+    predicted = labels.copy()
+    predicted[3, 120] = 0.9  # 8.4 kHz
+    predicted[4, 5] = 0.9  # 11 Hz
+    scores = metrics.transcription_scores(labels, predicted, 10.0)
+    assert scores["frame_precision"] == 1.0
+    # The note scores count them: two extra notes.
+    assert scores["note_precision"] == pytest.approx(1 / 3)
+
+
+def test_min_frames_filters_the_estimate_only():
+    labels = np.zeros((20, 2))
+    labels[1:3, 0] = 1  # a 2-frame note, missed
+    labels[5:13, 1] = 1  # an 8-frame note, found
+    predicted = np.zeros_like(labels)
+    predicted[5:13, 1] = 0.9
+    for min_frames in (1, 3):
+        scores = metrics.transcription_scores(
+            labels, predicted, 10.0, min_frames=min_frames, lowest_note=60
+        )
+        assert scores["note_recall"] == 0.5, min_frames
+
+
+def test_average_precision_checks_its_inputs():
+    with pytest.raises(ValueError, match="same shape"):
+        metrics.average_precision([1, 0, 1], [0.9, 0.8])
+    with pytest.raises(ValueError, match="finite"):
+        metrics.average_precision([1, 0], [0.9, np.nan])
+    assert np.isnan(metrics.average_precision([], []))
