@@ -14,9 +14,15 @@ file, the composer, the work id, the group it is split by and its split.
 
 - Kept: MusicXML (`.mxl`, `.xml`) of the Bach chorales and of the string
   quartets of Haydn, Mozart and Beethoven in music21's corpus (plus
-  Mozart's K. 545 exposition, a keyboard piece). Their files carry no
-  rights notice; music21's `corpus/license.txt` says the encodings are
-  distributed with the encoders' permission.
+  Mozart's K. 545 exposition, a keyboard piece). music21's
+  `corpus/license.txt` says the encodings are distributed with the
+  encoders' permission, and that some may not be used commercially as
+  the licences embedded in them say. The only rights text in the kept
+  files is a credit in about 360 of the chorales, "PDF (c) 2004
+  Margaret Greentree, www.jsbchorales.net - used by permission" (the
+  encoder's, for music21's distribution; no restriction of use is
+  stated); the quartets carry none. Nothing derived from the files is
+  committed or shipped: renders go to a cache on the user's machine.
 - Excluded: every Humdrum `.krn` file (the chorales BWV 277, 281 and 366
   are "Copyright 1994, Center for Computer Assisted Research in the
   Humanities" with derivative rights reserved; Beethoven's Op. 18 No. 1
@@ -606,8 +612,11 @@ def _read_cache(path):
 def _score_notes(work, root, cache, music21):
     """The parsed notes of a manifest entry (`_parse_notes`), cached by the
     file's sha256."""
+    # Keyed by the parser's version too: another music21 may parse the
+    # same file differently.
+    parser = music21.__version__
     path = os.path.join(
-        cache, "parsed", f"v{FORMAT_VERSION}-{work['sha256']}.npz"
+        cache, "parsed", f"v{FORMAT_VERSION}-{parser}-{work['sha256']}.npz"
     )
     arrays = _read_cache(path)
     if arrays is None:
@@ -835,7 +844,9 @@ def score_music(
 
     Each work is rendered with the General MIDI SoundFont that
     `pretty_midi` ships (`TimGM6mb.sf2`), humanised from `seed` and the
-    work's id (so a work sounds the same whatever else is rendered):
+    work's id (so a work's tempo, instruments and notes are the same
+    whatever else is rendered; its noise and level follow the length
+    rendered, which `minutes` can cut):
     a tempo in quarter notes per minute drawn from `tempo`, each part a
     General MIDI program drawn from `PROGRAMS` (pianos, harpsichord,
     organ, strings) and a detuning drawn from `+-detune_cents`, each part
@@ -951,7 +962,7 @@ def score_music(
         "jitter_seconds": float(jitter_seconds),
         "frames": [int(c) for c in centres],
         "manifest": _sha256(_MANIFEST),
-        "soundfont": os.path.getsize(_soundfont_path(pretty_midi)),
+        "soundfont": _sha256(_soundfont_path(pretty_midi)),
     }
     key = hashlib.sha256(
         json.dumps(settings, sort_keys=True).encode()

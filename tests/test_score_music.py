@@ -228,3 +228,18 @@ def test_manifest_ships_as_json():
     with open(_score_music._MANIFEST, encoding="utf-8") as file:
         manifest = json.load(file)
     assert manifest["music21"] and manifest["excluded"]
+
+
+def test_no_network_access(monkeypatch, tmp_path):
+    """A fresh build (parsing, rendering, caching) with sockets refused."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise OSError("network access refused by the test")
+
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    data = datasets.score_music(
+        "validation", minutes=0.05, clip_seconds=2.0, cache_dir=str(tmp_path)
+    )
+    assert data.audio.shape[0] >= 1 and np.abs(data.audio).max() > 0
