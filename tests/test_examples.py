@@ -168,6 +168,23 @@ def test_train_music_on_musicnet_files(tmp_path, rng):
     assert 0 <= ap <= 1
 
 
+def test_train_music_on_scores(tmp_path, monkeypatch):
+    """--data scores: score_music's train split, AP on its test works, a
+    waveform model; a few seconds of render in a fresh cache."""
+    monkeypatch.setenv("CVATTN_KERAS_CACHE", str(tmp_path / "cache"))
+    ap = _main("train_music.py")(
+        ["--smoke", "--data", "scores", "--output", str(tmp_path)]
+        + ["--modes", "none"]
+    )
+    assert 0 <= ap <= 1
+    import json
+
+    spec = json.loads((tmp_path / "music_classifier.json").read_text())
+    assert spec["sample_rate"] == 16000 and spec["lowest_note"] == 21
+    with pytest.raises(SystemExit):
+        _main("train_music.py")(["--data", "scores", "--input", "spectra"])
+
+
 def test_compare_variants(tmp_path):
     table = tmp_path / "table.md"
     rows = _main("compare_variants.py")(["--smoke", "--output", str(table)])
