@@ -80,7 +80,7 @@ def _inputs(frames, bins, stft, name):
         raise ValueError(
             f"`bins` must be None or the STFT's {stft.num_bins} bins "
             f"(bins={stft.bins} of fft_length={stft.fft_length}): the "
-            "model's spectra are the STFT's. Received: bins={bins!r}"
+            f"model's spectra are the STFT's. Received: bins={bins!r}"
         )
     samples = None
     if frames is not None:
@@ -235,8 +235,10 @@ def music_classifier(
             `cvattn_keras.layers.ComplexSTFT` (or the dict of its
             `get_config()`): the model takes the waveform `(B, samples)`
             (input `waveform`) and the STFT is its first layer, saved in
-            the `.keras` file and exported with the model (a builtin
-            convolution in TFLite). `samples` is the fewest that give
+            the `.keras` file and exported with the model. An instance is
+            used as given (two models built with one instance share it:
+            with `trainable=True`, one kernel for both); a config builds a
+            new layer. `samples` is the fewest that give
             `frames` frames (`waveform_length(stft, frames)`: `(frames -
             1) * frame_step` centred with an even `fft_length`), `None`
             for `frames=None`. The front end slides over the STFT's bins

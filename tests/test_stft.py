@@ -356,12 +356,16 @@ def test_auto_implementation(cls):
             with pytest.warns(UserWarning, match="power-of-two lengths"):
                 assert not cls(500, 125, implementation="fft")._use_fft()
         else:
-            with pytest.warns(UserWarning, match="no inverse FFT"):
+            with pytest.warns(UserWarning, match="holds an inverse FFT"):
                 assert not fft._use_fft()
     # An integer file: the convolution.
     with cvk._tracing.for_export(float_activations=False):
         assert not layer._use_fft()
-        why = "no integer kernel" if cls is ComplexSTFT else "no inverse"
+        why = (
+            "no integer kernel"
+            if cls is ComplexSTFT
+            else "holds an inverse FFT"
+        )
         with pytest.warns(UserWarning, match=why):
             assert not cls(512, 128, implementation="fft")._use_fft()
     # Unfrozen later (a parent model's fine-tuning): still the DFT, on its

@@ -171,10 +171,17 @@ def _source_shape(model, source_frames):
         return shape
     wanted = source_frames
     if waveform:
-        (stft,) = [
+        stfts = [
             layer for layer in model.layers if isinstance(layer, cl.ComplexSTFT)
         ]
-        wanted = models.waveform_length(stft, source_frames)
+        if len(stfts) != 1:
+            raise ValueError(
+                "A generator that takes waveforms needs one ComplexSTFT "
+                "among its layers (`music_generator(stft=...)`) to tell "
+                f"the samples of `source_frames`. Received: model "
+                f"{model.name!r} with {len(stfts)}"
+            )
+        wanted = models.waveform_length(stfts[0], source_frames)
     if length is not None and wanted != length:
         frames = f"{length} samples" if waveform else f"input length {length}"
         raise ValueError(

@@ -170,7 +170,7 @@ class _STFTBase(keras.layers.Layer):
             )
         why = None
         if not self._fft_in_tflite:
-            why = "TFLite has no inverse FFT (IRFFT) builtin"
+            why = "no exported file holds an inverse FFT (TFLite has no IRFFT)"
         elif not _tracing.float_activations():
             why = (
                 "this file cannot hold an FFT (a calibrated TFLite mode: "
