@@ -130,6 +130,7 @@ def waveform_file(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.tensorflow_only  # the JAX subprocess route: real_file's test
 @pytest.mark.parametrize("feedback", models.FEEDBACKS)
 def test_waveform_generation_on_litert_equals_keras(waveform_file, feedback):
     model, path = waveform_file

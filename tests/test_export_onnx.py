@@ -301,6 +301,7 @@ def _tiny_model():
     return keras.Model(x, cvk.layers.ComplexLayerNormalization()(y))
 
 
+@pytest.mark.tensorflow_only  # the command runs under TensorFlow anyway
 def test_the_command_line_writes_and_verifies_onnx(tmp_path):
     model_path = tmp_path / "m.keras"
     _tiny_model().save(model_path)
