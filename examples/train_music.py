@@ -182,15 +182,19 @@ LOWEST_NOTE = 60
 def load_scores(args):
     """`score_music`'s train split and its test split (held-out works),
     the STFT of its labels, its sample rate and lowest note."""
-    size = dict(minutes=0.2, clip_seconds=4.0) if args.smoke else {}
+    size = dict(minutes=0.2, clip_seconds=3.0) if args.smoke else {}
     train, test = (
         cvk.datasets.score_music(split, seed=args.seed, **size)
         for split in ("train", "test")
     )
     stft = cvk.layers.ComplexSTFT.from_config(train.stft_config)
+    # The model takes the fewest samples that give the labels' frames
+    # (`models.waveform_length`): a clip's tail past the last frame's
+    # centre is cut (the frames and their labels are unchanged).
+    samples = cvk.models.waveform_length(stft, train.labels.shape[1])
     return (
-        (train.audio, train.labels),
-        (test.audio, test.labels),
+        (train.audio[:, :samples], train.labels),
+        (test.audio[:, :samples], test.labels),
         stft,
         dict(sample_rate=train.sample_rate, lowest_note=train.lowest_note),
     )

@@ -179,10 +179,26 @@ def test_train_music_reads_scores(tmp_path, monkeypatch):
     assert args.input == "waveform"
     (x, y), (x_test, y_test), stft, audio = module["load_data"](args)
     assert audio == dict(sample_rate=16000, lowest_note=21)
-    assert x.dtype == "float32" and x.shape[1] == x_test.shape[1] == 64000
-    frames = 1 + 64000 // stft.frame_step  # centred
+    # 3-s clips, 48,000 samples: 1 + 48000 // 512 = 94 centred frames,
+    # which the model takes from 93 * 512 samples (the tail is cut).
+    frames = 1 + 48000 // stft.frame_step
     assert y.shape[1:] == y_test.shape[1:] == (frames, 88)
+    assert x.dtype == "float32" and x.shape[1] == x_test.shape[1] == 47616
     assert tuple(stft(x[:1]).shape) == (1, frames, 2 * stft.num_bins)
+    import cvattn_keras as cvk
+
+    model = cvk.models.music_classifier(
+        frames=frames,
+        stft=stft,
+        notes=88,
+        embed_dim=8,
+        num_heads=2,
+        num_layers=1,
+        head_dim=8,
+        frontend_filters=(2,),
+        frontend_kernel_sizes=(3,),
+    )
+    assert model.input_shape == (None, x.shape[1])
     with pytest.raises(SystemExit):
         module["parse_args"](["--data", "scores", "--input", "spectra"])
 
