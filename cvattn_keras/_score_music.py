@@ -746,6 +746,12 @@ class ScoreMusic:
         split: `"train"`, `"validation"` or `"test"`.
         stft_config: the `get_config()` of the `ComplexSTFT` the labels
             are aligned to (`as_stft` takes it back).
+
+    A waveform model of the labels' frames
+    (`models.music_classifier(frames=labels.shape[1], stft=...)`) takes
+    `models.waveform_length(stft, frames)` samples, which can be fewer
+    than a clip's (the tail past the last frame's centre): cut `audio`
+    to that length; the frames and labels are unchanged.
     """
 
     audio: np.ndarray
