@@ -648,11 +648,12 @@ def _frame_centres(stft, length, clip_seconds):
     """The centre sample of each of `stft`'s frames of `length` samples
     (the last sample for a centre past the end), as in
     `datasets.synthetic_music`."""
-    from cvattn_keras.stft import frame_count
+    from cvattn_keras.stft import frame_centres
 
-    count = frame_count(length, stft.frame_step, stft.fft_length, stft.center)
-    reflect = stft.center and stft.pad_mode == "reflect"
-    if count < 1 or (reflect and length <= stft.fft_length // 2):
+    centres = frame_centres(
+        length, stft.frame_step, stft.fft_length, stft.center, stft.pad_mode
+    )
+    if centres is None:
         raise ValueError(
             f"`stft` gives no frame of a clip of `clip_seconds` "
             f"({length} samples): it needs at least fft_length="
@@ -660,9 +661,7 @@ def _frame_centres(stft, length, clip_seconds):
             "pad_mode='reflect'). Received: clip_seconds="
             f"{clip_seconds!r}, stft fft_length={stft.fft_length}"
         )
-    offset = 0 if stft.center else stft.fft_length // 2
-    centres = np.arange(count) * stft.frame_step + offset
-    return np.minimum(centres, length - 1)
+    return centres
 
 
 def _room(rng, sample_rate):

@@ -173,11 +173,13 @@ def _music_stft(stft, bins):
 def _frame_centres(stft, length, frames, bins):
     """The centre sample of each frame `stft` gives of `length` samples,
     the last sample for a centre past the end."""
-    from cvattn_keras.stft import frame_count
+    from cvattn_keras.stft import frame_centres
 
-    count = frame_count(length, stft.frame_step, stft.fft_length, stft.center)
-    reflect = stft.center and stft.pad_mode == "reflect"
-    if count < 1 or (reflect and length <= stft.fft_length // 2):
+    centres = frame_centres(
+        length, stft.frame_step, stft.fft_length, stft.center, stft.pad_mode
+    )
+    if centres is None:
+        reflect = stft.center and stft.pad_mode == "reflect"
         need = (
             f"more than fft_length // 2 = {stft.fft_length // 2} samples "
             "(pad_mode='reflect')"
@@ -192,9 +194,7 @@ def _frame_centres(stft, length, frames, bins):
             f"{stft.center}, pad_mode={stft.pad_mode!r}), frames={frames}, "
             f"bins={bins}"
         )
-    offset = 0 if stft.center else stft.fft_length // 2
-    centres = np.arange(count) * stft.frame_step + offset
-    return np.minimum(centres, length - 1)
+    return centres
 
 
 def synthetic_music(

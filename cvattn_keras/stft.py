@@ -146,6 +146,21 @@ def frame_count(length, frame_step, fft_length, center):
     return 1 + (length - fft_length) // frame_step
 
 
+def frame_centres(length, frame_step, fft_length, center, pad_mode):
+    """The centre sample of each frame of a waveform of `length` samples
+    (`t * frame_step` centred, `t * frame_step + fft_length // 2`
+    otherwise; a centre past the end counts as the last sample, as
+    `ComplexSTFT`'s frame mask counts it), an int array; `None` when the
+    waveform gives no frame (too short, or at most `fft_length // 2`
+    samples with `pad_mode="reflect"`). For labels aligned to frames."""
+    count = frame_count(length, frame_step, fft_length, center)
+    reflect = center and pad_mode == "reflect"
+    if count < 1 or (reflect and length <= fft_length // 2):
+        return None
+    offset = 0 if center else fft_length // 2
+    return np.minimum(np.arange(count) * frame_step + offset, length - 1)
+
+
 def window_offset(frame_length, fft_length):
     """Where the window starts in its `fft_length` frame."""
     return (fft_length - frame_length) // 2
