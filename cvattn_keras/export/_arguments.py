@@ -233,3 +233,27 @@ def _as_input_list(model, data, argument):
             f"(batch) axis. Received shapes {[a.shape for a in arrays]}."
         )
     return arrays
+
+
+def _errors_against_keras(model, arrays, got, path):
+    """`(max_abs, scale)`: the largest absolute difference between a file's
+    outputs `got` (NumPy, in the model's order) and the Keras model's on
+    `arrays`, and the largest |output| of the model (for the relative
+    error); a `ValueError` when the counts of outputs differ."""
+    expected = model(arrays if len(arrays) > 1 else arrays[0], training=False)
+    expected = [
+        keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(expected)
+    ]
+    if len(got) != len(expected):
+        raise ValueError(
+            f"{path!r} has {len(got)} outputs but the model has "
+            f"{len(expected)}: was it exported from this model?"
+        )
+    max_abs = max(
+        float(
+            np.max(np.abs(g.astype("float64") - e.astype("float64")), initial=0)
+        )
+        for g, e in zip(got, expected)
+    )
+    scale = max(float(np.max(np.abs(e), initial=0)) for e in expected)
+    return max_abs, scale

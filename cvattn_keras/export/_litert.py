@@ -8,7 +8,6 @@ import re
 import statistics
 import time
 
-import keras
 import numpy as np
 
 from cvattn_keras.export._arguments import _as_input_list
@@ -16,6 +15,7 @@ from cvattn_keras.export._arguments import _cast
 from cvattn_keras.export._arguments import _check_model
 from cvattn_keras.export._arguments import _check_path
 from cvattn_keras.export._arguments import _check_positive
+from cvattn_keras.export._arguments import _errors_against_keras
 from cvattn_keras.export._arguments import _input_dtypes
 from cvattn_keras.export._arguments import _input_names
 from cvattn_keras.export._modes import EXPECTED_MAX_REL_ERROR
@@ -303,22 +303,7 @@ def verify_tflite(
     feed = _feed(runner, model, arrays, path)
     got = _outputs(runner, feed)
     output_details = runner.get_output_details()
-    expected = model(arrays if len(arrays) > 1 else arrays[0], training=False)
-    expected = [
-        keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(expected)
-    ]
-    if len(got) != len(expected):
-        raise ValueError(
-            f"{path} has {len(got)} outputs but the model has "
-            f"{len(expected)}: was it exported from this model?"
-        )
-    max_abs = max(
-        float(
-            np.max(np.abs(g.astype("float64") - e.astype("float64")), initial=0)
-        )
-        for g, e in zip(got, expected)
-    )
-    scale = max(float(np.max(np.abs(e), initial=0)) for e in expected)
+    max_abs, scale = _errors_against_keras(model, arrays, got, path)
     timings = []
     for _ in range(num_runs):
         start = time.perf_counter()

@@ -75,6 +75,7 @@ from cvattn_keras.export import _files
 from cvattn_keras.export._arguments import _as_input_list
 from cvattn_keras.export._arguments import _cast
 from cvattn_keras.export._arguments import _check_model
+from cvattn_keras.export._arguments import _errors_against_keras
 from cvattn_keras.export._arguments import _input_names
 from cvattn_keras.export._arguments import _input_signature
 from cvattn_keras.export._errors import ONNXUnsupportedOpsError
@@ -744,22 +745,7 @@ def verify_onnx(
     session = _session(path, num_threads)
     feed = _feed(session, model, arrays, path)
     got = session.run(None, feed)
-    expected = model(arrays if len(arrays) > 1 else arrays[0], training=False)
-    expected = [
-        keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(expected)
-    ]
-    if len(got) != len(expected):
-        raise ValueError(
-            f"{path!r} has {len(got)} outputs but the model has "
-            f"{len(expected)}: was it exported from this model?"
-        )
-    max_abs = max(
-        float(
-            np.max(np.abs(g.astype("float64") - e.astype("float64")), initial=0)
-        )
-        for g, e in zip(got, expected)
-    )
-    scale = max(float(np.max(np.abs(e), initial=0)) for e in expected)
+    max_abs, scale = _errors_against_keras(model, arrays, got, path)
     quantization = _quantization(proto)
     timings = []
     for _ in range(num_runs):
