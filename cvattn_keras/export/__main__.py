@@ -101,6 +101,10 @@ class _CommandError(Exception):
         self.kind = kind
 
 
+# `--weights` -> the exporters' `weights_once`.
+_WEIGHTS_ONCE = {"auto": None, "once": True, "block": False}
+
+
 def _smallest_input_dim(model):
     """The smallest `input_dim` (vocabulary size) of the model's layers,
     nested models included, or `None`."""
@@ -527,9 +531,7 @@ def _run(args, argv):
             overwrite=args.overwrite,
             batch_size=args.static_batch,
             sequence_length=args.static_length,
-            weights_once={"auto": None, "once": True, "block": False}[
-                args.weights
-            ],
+            weights_once=_WEIGHTS_ONCE[args.weights],
         )
     except export.FloatFallbackError as error:
         _record(
@@ -609,9 +611,7 @@ def _run_onnx(args, model):
             opset=args.opset,
             dynamic_batch=args.static_batch is None,
             overwrite=args.overwrite,
-            weights_once={"auto": None, "once": True, "block": False}[
-                args.weights
-            ],
+            weights_once=_WEIGHTS_ONCE[args.weights],
         )
     except export.ONNXUnsupportedOpsError as error:
         _record(
