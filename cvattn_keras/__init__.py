@@ -8,19 +8,26 @@ use mixed precision and convert to TFLite with builtin ops.
 
 __version__ = "0.1.0"
 
-from cvattn_keras import activations
-from cvattn_keras import attention
-from cvattn_keras import complex
-from cvattn_keras import datasets
-from cvattn_keras import distribution
-from cvattn_keras import export
-from cvattn_keras import initializers
-from cvattn_keras import interop
-from cvattn_keras import layers
-from cvattn_keras import metrics
-from cvattn_keras import models
-from cvattn_keras.complex import from_stacked
-from cvattn_keras.complex import to_stacked
+# First, before any submodule imports Keras (and so TensorFlow): quiets
+# TensorFlow's C++ start-up lines under `python -m cvattn_keras...` or
+# CVATTN_KERAS_QUIET_STARTUP=1, and does nothing otherwise.
+from cvattn_keras import _startup
+
+_startup.quiet_startup_if_asked()
+
+from cvattn_keras import activations  # noqa: E402
+from cvattn_keras import attention  # noqa: E402
+from cvattn_keras import complex  # noqa: E402
+from cvattn_keras import datasets  # noqa: E402
+from cvattn_keras import distribution  # noqa: E402
+from cvattn_keras import export  # noqa: E402
+from cvattn_keras import initializers  # noqa: E402
+from cvattn_keras import interop  # noqa: E402
+from cvattn_keras import layers  # noqa: E402
+from cvattn_keras import metrics  # noqa: E402
+from cvattn_keras import models  # noqa: E402
+from cvattn_keras.complex import from_stacked  # noqa: E402
+from cvattn_keras.complex import to_stacked  # noqa: E402
 
 __all__ = [
     "activations",

@@ -38,6 +38,10 @@ import sys
 import tempfile
 import time
 
+# The workers (which inherit it) import cvattn_keras before keras: it
+# quiets TensorFlow's C++ start-up lines (see cvattn_keras/_startup.py).
+os.environ.setdefault("CVATTN_KERAS_QUIET_STARTUP", "1")
+
 STRATEGIES = (
     "single",
     "mirrored",

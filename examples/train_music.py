@@ -42,11 +42,15 @@ import os
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+# cvattn_keras first, before keras imports TensorFlow: it quiets
+# TensorFlow's C++ start-up lines (see cvattn_keras/_startup.py).
+os.environ.setdefault("CVATTN_KERAS_QUIET_STARTUP", "1")
 
 import cvattn_keras as cvk  # noqa: E402
+
+# isort: split
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
 
 SIZES = {
     # The reference architecture scaled down to the 128 bins of the default

@@ -35,6 +35,9 @@ import time
 import wave
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Quiets TensorFlow's C++ start-up lines when cvattn_keras imports it
+# (see cvattn_keras/_startup.py).
+os.environ.setdefault("CVATTN_KERAS_QUIET_STARTUP", "1")
 
 import numpy as np  # noqa: E402
 
