@@ -9,7 +9,13 @@ from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
 SOFTMAX_VARIANTS = ("real", "abs", "absonly", "naive")
+"""The `softmax` variants, by their canonical names (`parse_variant` and
+`resolve_softmax` also take the paper's and the reference's names).
+"""
 PRODUCTS = ("inner", "bilinear")
+"""The `product` variants, by their canonical names (`resolve_product`
+also takes `"ip"` and `"cp"`).
+"""
 
 _SOFTMAX_ALIASES = {
     "real": "real",
@@ -81,12 +87,11 @@ def parse_variant(name):
     softmax alias of `resolve_softmax` may stand before the suffix, in any
     case.
 
-    Example:
-
-    >>> parse_variant("absonlycp")
-    ('absonly', 'bilinear')
-    >>> parse_variant("CAttip")
-    ('real', 'inner')
+    Examples:
+        >>> parse_variant("absonlycp")
+        ('absonly', 'bilinear')
+        >>> parse_variant("CAttip")
+        ('real', 'inner')
     """
     valid = (
         "one of ['realip', 'absip', 'absonlyip', 'naivip', 'realcp', "

@@ -100,6 +100,9 @@ ACTIVATIONS = {
     "zrelu": zrelu,
     "cardioid": cardioid,
 }
+"""The parameter-free activations by name (name -> function), as `get`
+takes them.
+"""
 
 
 def get(identifier):

@@ -495,12 +495,11 @@ def complex_dot_product_attention(
         `(B, N, T, 2S)` as `[Re W | Im W]` (before dropout, the imaginary
         part zero for the real-valued variants).
 
-    Example:
-
-    >>> q = ops.ones((2, 5, 4, 6))   # B=2, T=5, N=4, H=3
-    >>> kv = ops.ones((2, 7, 4, 6))  # S=7
-    >>> tuple(complex_dot_product_attention(q, kv, kv, softmax="abs").shape)
-    (2, 5, 4, 6)
+    Examples:
+        >>> q = ops.ones((2, 5, 4, 6))   # B=2, T=5, N=4, H=3
+        >>> kv = ops.ones((2, 7, 4, 6))  # S=7
+        >>> tuple(complex_dot_product_attention(q, kv, kv, softmax="abs").shape)
+        (2, 5, 4, 6)
     """
     softmax = resolve_softmax(softmax)
     product = resolve_product(product)

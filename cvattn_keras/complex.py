@@ -137,11 +137,10 @@ def to_stacked(z, dtype="float32"):
         `[Re z | Im z]` on the last axis: a NumPy array for NumPy input, a
         backend tensor for tensor input.
 
-    Example:
-
-    >>> import numpy as np
-    >>> to_stacked(np.array([1 + 2j, 3 - 4j]))
-    array([ 1.,  3.,  2., -4.], dtype=float32)
+    Examples:
+        >>> import numpy as np
+        >>> to_stacked(np.array([1 + 2j, 3 - 4j]))
+        array([ 1.,  3.,  2., -4.], dtype=float32)
     """
     if _is_numpy(z):
         z = np.asarray(z)
@@ -169,11 +168,10 @@ def from_stacked(x, dtype="complex64"):
     Returns:
         A complex NumPy array of shape `(..., n)`.
 
-    Example:
-
-    >>> import numpy as np
-    >>> from_stacked(np.array([1.0, 3.0, 2.0, -4.0]))
-    array([1.+2.j, 3.-4.j], dtype=complex64)
+    Examples:
+        >>> import numpy as np
+        >>> from_stacked(np.array([1.0, 3.0, 2.0, -4.0]))
+        array([1.+2.j, 3.-4.j], dtype=complex64)
     """
     if dtype not in ("complex64", "complex128", np.complex64, np.complex128):
         raise ValueError(
@@ -577,10 +575,12 @@ def gauss_product(x_real, x_imag, w_real, w_imag, product):
         Re = k1 - k3,  Im = k1 + k2
 
     Args:
-        x_real, x_imag: the parts of the first operand.
-        w_real, w_imag: the parts of the second (the weights: their sums
-            and differences are taken, which is cheap when they are the
-            smaller operand).
+        x_real: the real part of the first operand.
+        x_imag: the imaginary part of the first operand.
+        w_real: the real part of the second operand (the weights: their
+            sums and differences are taken, which is cheap when they are
+            the smaller operand).
+        w_imag: the imaginary part of the second operand, as `w_real`.
         product: a real bilinear map `product(x, w)` (a matmul, an
             `einsum`, a convolution).
 

@@ -134,14 +134,13 @@ def synthetic_music_stft(bins=128):
     Raises:
         ValueError: `bins` not a positive int.
 
-    Example:
-
-    >>> stft = synthetic_music_stft(bins=32)
-    >>> audio, y = synthetic_music(
-    ...     num_samples=2, frames=4, bins=32, output="waveform"
-    ... )
-    >>> audio.shape, y.shape, tuple(stft(audio).shape)
-    ((2, 256), (2, 4, 24), (2, 4, 64))
+    Examples:
+        >>> stft = synthetic_music_stft(bins=32)
+        >>> audio, y = synthetic_music(
+        ...     num_samples=2, frames=4, bins=32, output="waveform"
+        ... )
+        >>> audio.shape, y.shape, tuple(stft(audio).shape)
+        ((2, 256), (2, 4, 24), (2, 4, 64))
     """
     from cvattn_keras.layers import ComplexSTFT
 
@@ -245,7 +244,10 @@ def synthetic_music(
     rounding.
 
     Args:
-        num_samples, frames, bins, notes: the array sizes.
+        num_samples: the number of samples (an array size).
+        frames: the frames per sample (an array size).
+        bins: the frequency bins per frame (an array size).
+        notes: the number of notes, the labels per frame (an array size).
         lowest_note: MIDI number (int >= 0) of note 0.
         sample_rate: Hz.
         notes_per_sample: mean number of notes per sample (finite, >= 0;
@@ -371,6 +373,9 @@ def synthetic_music(
 # ----------------------------------------------------------------------
 
 MODULATIONS = ("bpsk", "qpsk", "8psk", "16qam", "64qam", "gfsk")
+"""The modulations of `synthetic_modulation`; a label is an index into
+its `modulations`.
+"""
 
 
 def _psk(order, symbols, offset=0.0):
@@ -435,8 +440,10 @@ def synthetic_modulation(
     `token_length` complex samples: the sequence an attention model reads.
 
     Args:
-        num_samples, length, token_length: sizes (`length` a multiple of
-            `token_length`).
+        num_samples: the number of sequences.
+        length: complex samples per sequence, a multiple of
+            `token_length`.
+        token_length: complex samples per token.
         modulations: distinct names from `MODULATIONS`; the label is the
             index.
         samples_per_symbol: positive int.

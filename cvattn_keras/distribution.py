@@ -458,8 +458,10 @@ def train(
     continue, ending with the weights of an uninterrupted run.
 
     Args:
-        model, optimizer: created in `strategy.scope()`.
-        x, y: NumPy arrays of inputs and targets.
+        model: the model, created in `strategy.scope()`.
+        optimizer: the optimizer, created in `strategy.scope()`.
+        x: NumPy array (or structure of arrays) of inputs.
+        y: NumPy array (or structure of arrays) of targets.
         strategy: a `tf.distribute.Strategy`.
         loss_fn: per-example loss, see `make_train_step`.
         global_batch_size: positive int, divisible by the replica count,

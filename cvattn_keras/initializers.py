@@ -94,6 +94,10 @@ ComplexGlorotNormal = _variance_scaling(
     "Glorot (truncated) normal for one part of a complex kernel: "
     "E|W|^2 = 2 / (fan_in + fan_out).",
 )
+"""Glorot (truncated) normal for one part of a complex kernel:
+`E|W|^2 = 2 / (fan_in + fan_out)`. A class, `ComplexGlorotNormal(seed=None)`:
+`ComplexGlorotUniform` with a truncated normal of the same variance.
+"""
 ComplexHeUniform = _variance_scaling(
     "ComplexHeUniform",
     1.0,
@@ -101,6 +105,10 @@ ComplexHeUniform = _variance_scaling(
     "uniform",
     "He uniform for one part of a complex kernel: E|W|^2 = 2 / fan_in.",
 )
+"""He uniform for one part of a complex kernel: `E|W|^2 = 2 / fan_in`. A
+class, `ComplexHeUniform(seed=None)`: `U(-limit, limit)` with `limit =
+sqrt(3 / fan_in)`, fans counted in complex units.
+"""
 ComplexHeNormal = _variance_scaling(
     "ComplexHeNormal",
     1.0,
@@ -109,6 +117,10 @@ ComplexHeNormal = _variance_scaling(
     "He (truncated) normal for one part of a complex kernel: "
     "E|W|^2 = 2 / fan_in.",
 )
+"""He (truncated) normal for one part of a complex kernel: `E|W|^2 = 2 /
+fan_in`. A class, `ComplexHeNormal(seed=None)`: `ComplexHeUniform` with a
+truncated normal of the same variance.
+"""
 
 
 def _fans(shape):

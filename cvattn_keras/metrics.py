@@ -197,7 +197,8 @@ class MicroAveragedPrecision(keras.metrics.Metric):
             Defaults to 1000.
         from_logits: whether predictions are logits (else probabilities).
             Defaults to `True`, as the models here output logits.
-        name, dtype: as for any Keras metric.
+        name: the metric's name, as for any Keras metric.
+        dtype: the metric's dtype, as for any Keras metric.
 
     `update_state(y_true, y_pred, sample_weight=None)`: `y_true` and
     `y_pred` of the same shape; `sample_weight` broadcast against them
@@ -534,8 +535,10 @@ def transcription_scores(
         labels: 0/1, `(frames, notes)` or `(clips, frames, notes)`.
         probabilities: the same shape, in [0, 1] (sigmoid of the logits).
         frame_rate: frames per second.
-        threshold, min_frames: the decoding of the probabilities
-            (`frames_to_notes`).
+        threshold: the decoding of the probabilities, as in
+            `frames_to_notes`.
+        min_frames: the decoding of the probabilities, as in
+            `frames_to_notes`.
         lowest_note: the MIDI number of note 0 (for the frequencies).
         onset_tolerance: seconds, for the note scores (mir_eval's default
             0.05).

@@ -112,9 +112,12 @@ def waveform_length(stft, frames):
     return length
 
 
-# The reference's front end (`Transformer_Pred.conv`).
 FRONTEND_FILTERS = (16, 32, 64, 64, 128)
+"""The reference's front end (`Transformer_Pred.conv`): the complex
+channels of its blocks.
+"""
 FRONTEND_KERNEL_SIZES = (6, 3, 3, 3, 3)
+"""The reference's front end: the kernel widths of its blocks."""
 
 
 def _frontend(filters, kernel_sizes, strides):
@@ -209,17 +212,25 @@ def music_classifier(
             STFT's bins when `stft` is given, and an error if they
             differ).
         notes: the output notes.
-        embed_dim, num_heads, num_layers, intermediate_dim: the encoder
-            (`intermediate_dim` defaults to `embed_dim`, the reference's).
+        embed_dim: the encoder's complex width (the embedding's).
+        num_heads: the attention heads of every encoder layer.
+        num_layers: the number of encoder layers.
+        intermediate_dim: the feed-forward width of every encoder layer.
+            Defaults to `embed_dim`, the reference's.
         head_dim: complex width of the head.
-        softmax, product: the attention variant of every layer.
+        softmax: the attention variant of every layer: its softmax (see
+            `layers.ComplexMultiHeadAttention`).
+        product: the attention variant of every layer: its product (see
+            `layers.ComplexMultiHeadAttention`).
         dropout: the attention weights' and the head's dropout (the
             paper: 0.1).
         feedforward_dropout: after the activation inside every encoder and
             decoder layer (the reference's `relu_dropout`, 0.1).
-        frontend_filters, frontend_kernel_sizes, frontend_strides: the
-            `ComplexFrequencyFrontEnd` blocks (the reference's defaults;
-            fewer or narrower blocks for small inputs).
+        frontend_filters: the `ComplexFrequencyFrontEnd` blocks'
+            `filters` (the reference's defaults; fewer or narrower blocks
+            for small inputs).
+        frontend_kernel_sizes: the front end's `kernel_sizes`.
+        frontend_strides: the front end's `strides`.
         batch_norm_synchronized: the front end's batch norms'
             `synchronized`: batch statistics over all replicas under a
             `tf.distribute` strategy (saved with the model; a no-op
@@ -313,23 +324,32 @@ def music_generator(
     `note_embedding`, `target_positions` and `decoder_{i}`.
 
     Args:
-        source_frames, target_frames: the encoder's and the decoder's
-            lengths.
+        source_frames: the encoder's length (in frames).
+        target_frames: the decoder's length (in frames).
         bins: the input's frequency bins (`None`: 2048, the paper's; the
             STFT's bins when `stft` is given, and an error if they
             differ).
         notes: the output notes.
-        embed_dim, num_heads, num_layers, intermediate_dim: the encoder
-            (`intermediate_dim` defaults to `embed_dim`, the reference's).
+        embed_dim: the complex width of the encoder and the decoder
+            (their embeddings').
+        num_heads: the attention heads of every encoder and decoder layer.
+        num_layers: the number of encoder layers, and of decoder layers.
+        intermediate_dim: the feed-forward width of every encoder and
+            decoder layer. Defaults to `embed_dim`, the reference's.
         head_dim: complex width of the head.
-        softmax, product: the attention variant of every layer.
+        softmax: the attention variant of every layer: its softmax (see
+            `layers.ComplexMultiHeadAttention`).
+        product: the attention variant of every layer: its product (see
+            `layers.ComplexMultiHeadAttention`).
         dropout: the attention weights' and the head's dropout (the
             paper: 0.1).
         feedforward_dropout: after the activation inside every encoder and
             decoder layer (the reference's `relu_dropout`, 0.1).
-        frontend_filters, frontend_kernel_sizes, frontend_strides: the
-            `ComplexFrequencyFrontEnd` blocks (the reference's defaults;
-            fewer or narrower blocks for small inputs).
+        frontend_filters: the `ComplexFrequencyFrontEnd` blocks'
+            `filters` (the reference's defaults; fewer or narrower blocks
+            for small inputs).
+        frontend_kernel_sizes: the front end's `kernel_sizes`.
+        frontend_strides: the front end's `strides`.
         batch_norm_synchronized: the front end's batch norms'
             `synchronized`: batch statistics over all replicas under a
             `tf.distribute` strategy (saved with the model; a no-op
@@ -398,8 +418,10 @@ def shift_right(labels):
     return np.concatenate([start, labels[:, :-1]], axis=1)
 
 
-# What `generate` feeds back as the previous frame's notes.
 FEEDBACKS = ("notes", "logits")
+"""What `generate(feedback=...)` feeds back as the previous frame's
+notes.
+"""
 
 
 def generate(

@@ -27,20 +27,30 @@ from keras import ops
 from cvattn_keras import _validation as check
 
 WINDOWS = ("hann", "hamming", "rectangular")
+"""The window names (`window=`); an array of `frame_length` numbers is
+also accepted.
+"""
 PAD_MODES = ("constant", "reflect")
+"""The `pad_mode` choices."""
 IMPLEMENTATIONS = ("auto", "conv", "fft")
+"""The `implementation` choices."""
 
-# `implementation="auto"` takes the FFT route from this `fft_length` on
-# (the convolution below it): see `layers.ComplexSTFT` for the figures.
 AUTO_FFT_MIN_LENGTH = 256
-# ... and in a float TFLite file, the builtin RFFT2D from this power-of-two
-# `fft_length` on (LiteRT's crossover; the figures are in
-# `layers.ComplexSTFT`).
+"""`implementation="auto"` takes the FFT route from this `fft_length`
+on (the convolution below it): see `layers.ComplexSTFT` for the
+figures.
+"""
 AUTO_RFFT2D_MIN_LENGTH = 512
+"""In a float TFLite file, `implementation="auto"` takes the builtin
+RFFT2D from this power-of-two `fft_length` on (LiteRT's crossover;
+the figures are in `layers.ComplexSTFT`).
+"""
 
-# The envelope of the squared window below this fraction of its peak counts
-# as zero (scipy.signal.check_NOLA's tolerance is 1e-10, absolute).
 NOLA_TOLERANCE = 1e-10
+"""The envelope of the squared window below this fraction of its peak
+counts as zero (`check_nola`; scipy.signal.check_NOLA's tolerance is
+1e-10, absolute).
+"""
 
 
 # --------------------------------------------------------------------------

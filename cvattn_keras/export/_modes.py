@@ -9,6 +9,9 @@ QUANTIZATIONS = (
     "full_int8",
     "int16x8",
 )
+"""The modes of `export_tflite(quantization=...)`; `None` is a float32
+file.
+"""
 
 # The modes calibrated on `representative_data`, and the full-integer ones
 # among them (integer inputs and outputs, no float kernel allowed).
@@ -31,3 +34,8 @@ EXPECTED_MAX_REL_ERROR = {
     "full_int8": 0.15,
     "int16x8": 0.05,
 }
+"""The largest `max_rel_error` (`verify_tflite`, `verify_onnx`) that a
+file of each mode usually shows, by mode name (`"float32"` for no
+quantization). Beyond it the report warns
+(`TFLiteReport.within_expected`).
+"""

@@ -26,11 +26,12 @@ from cvattn_keras.export._errors import FloatFallbackError
 from cvattn_keras.export._errors import ONNXUnsupportedOpsError
 from cvattn_keras.export._errors import UnsupportedOpsError
 
-# Seconds that an export through the TensorFlow subprocess (under a
-# backend other than TensorFlow) may take before it is stopped. Read
-# from the package (`cvattn_keras.export.SUBPROCESS_TIMEOUT`, where users
-# raise it) at each export.
 SUBPROCESS_TIMEOUT = 900
+"""Seconds that an export through the TensorFlow subprocess (under a
+backend other than TensorFlow) may take before it is stopped. Read
+from `cvattn_keras.export.SUBPROCESS_TIMEOUT` at each export: set it
+there to raise it.
+"""
 
 # Set in the environment of the export subprocess, which then converts
 # in its own process (the full-integer modes included).

@@ -73,14 +73,21 @@ __all__ = [
 
 # The signatures' input and output names.
 ENCODE_INPUTS = ("spectra",)
+"""The input names of the encoding signature."""
 ENCODE_OUTPUTS = ("encoder_states", "cross_cache")
+"""The output names of the encoding signature."""
 DECODE_INPUTS = ("cross_cache", "self_cache", "previous_notes", "index")
+"""The input names of the decoding step's signature."""
 DECODE_OUTPUTS = ("logits", "self_cache")
+"""The output names of the decoding step's signature."""
 
 # The modes that need no calibration data. The calibrated ones would have
 # to be calibrated on the decoding step's inputs (caches at every step) as
 # well as on spectra; they are not offered for generators.
 GENERATOR_QUANTIZATIONS = (None, "float16", "dynamic_int8")
+"""The modes of `export_generator_tflite(quantization=...)`: those that
+need no calibration data.
+"""
 
 # The layers that the decoding step uses, by name (as `models.generate`).
 _STEP_LAYERS = (

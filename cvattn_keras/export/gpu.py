@@ -381,6 +381,10 @@ GPU_OPS = {
         _one_runtime_input,
     ),
 }
+"""The builtin TFLite operators that the GPU delegate has kernels for:
+name -> (the constraint in words, its checker). Every other operator
+runs on the CPU.
+"""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -85,12 +85,13 @@ from cvattn_keras.export._report import _expected_text
 from cvattn_keras.export._report import _sizes_text
 from cvattn_keras.export._subprocess import convert_saved_copy
 
-# The modes of `export_onnx(quantization=...)`.
 ONNX_QUANTIZATIONS = (None, "float16")
+"""The modes of `export_onnx(quantization=...)`."""
 
 # The opsets `export_onnx` writes: tf2onnx 1.17 converts up to 18; below
 # 13 its Softmax and Split take other forms, which are not tested here.
 ONNX_OPSETS = tuple(range(13, 19))
+"""The ONNX opsets that `export_onnx(opset=...)` writes (13 to 18)."""
 
 _INSTALL = 'pip install "cvattn_keras[onnx]"'
 

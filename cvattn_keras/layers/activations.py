@@ -29,12 +29,11 @@ class ComplexActivation(keras.layers.Layer):
             `"crelu"`, `"zrelu"` or `"cardioid"`.
         **kwargs: base `Layer` arguments.
 
-    Example:
-
-    >>> x = cvattn_keras.to_stacked([[-1 - 2j]])
-    >>> y = ComplexActivation("split_leaky_relu")(x)
-    >>> [round(float(v), 4) for v in y[0]]
-    [-0.01, -0.02]
+    Examples:
+        >>> x = cvattn_keras.to_stacked([[-1 - 2j]])
+        >>> y = ComplexActivation("split_leaky_relu")(x)
+        >>> [round(float(v), 4) for v in y[0]]
+        [-0.01, -0.02]
     """
 
     def __init__(self, activation, **kwargs):

@@ -11,71 +11,14 @@ from cvattn_keras import _validation as check
 from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
+from cvattn_keras.layers._projections import block_einsum
+from cvattn_keras.layers._projections import gauss_einsum
+from cvattn_keras.layers._projections import matmul_once
+from cvattn_keras.layers._projections import stacked_bias
 from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
 from cvattn_keras.layers.dense import ComplexDense
 from cvattn_keras.layers.embeddings import ComplexRotaryEmbedding
-
-
-def _stacked_bias(dense, bias_shape):
-    """A `ComplexDense`'s complex bias, each part reshaped to `bias_shape`,
-    concatenated `[real | imag]` on the last axis."""
-    return ops.concatenate(
-        [
-            ops.reshape(dense.bias_real, bias_shape),
-            ops.reshape(dense.bias_imag, bias_shape),
-        ],
-        axis=-1,
-    )
-
-
-def _block_einsum(dense, inputs, equation, kernel_shape, in_axis, bias_shape):
-    """Applies a `ComplexDense`'s weights through `einsum`, its complex
-    kernel reshaped to `kernel_shape` and made a block kernel whose input
-    features lie on `in_axis`; the complex bias reshaped to `bias_shape`."""
-    kernel = cx.block_kernel(
-        ops.reshape(dense.kernel_real, kernel_shape),
-        ops.reshape(dense.kernel_imag, kernel_shape),
-        in_axis=in_axis,
-    )
-    outputs = ops.einsum(equation, inputs, kernel)
-    if dense.use_bias:
-        outputs = outputs + _stacked_bias(dense, bias_shape)
-    return outputs
-
-
-def _gauss_einsum(dense, inputs, equation, kernel_shape, bias_shape):
-    """`_block_einsum` by Gauss's three products
-    (`complex.gauss_product`): the stacked `inputs` split into their real
-    and imaginary halves on the last axis, each contracted by `equation`
-    against the kernel's parts (and sums) reshaped to `kernel_shape`; the
-    parts of the result concatenated `[re | im]` on the last axis."""
-    dtype = dense.compute_dtype
-    outputs = cx.gauss_product_stacked(
-        inputs,
-        ops.reshape(ops.cast(dense.kernel_real, dtype), kernel_shape),
-        ops.reshape(ops.cast(dense.kernel_imag, dtype), kernel_shape),
-        lambda x, w: ops.einsum(equation, x, w),
-    )
-    if dense.use_bias:
-        outputs = outputs + _stacked_bias(dense, bias_shape)
-    return outputs
-
-
-def _matmul_once(dense, inputs, kernel_shape, in_rank=1, out_shape=None):
-    """A `ComplexDense`'s kernel, its parts reshaped to `kernel_shape` and
-    concatenated on axis `in_rank - 1` (`complex.kernel_once`), then
-    flattened to `(2 in, out)`, applied by `complex.matmul_once` (with
-    `out_shape`): `x W` stacked, each real weight once."""
-    dtype = dense.compute_dtype
-    kernel = cx.kernel_once(
-        ops.reshape(ops.cast(dense.kernel_real, dtype), kernel_shape),
-        ops.reshape(ops.cast(dense.kernel_imag, dtype), kernel_shape),
-        axis=in_rank - 1,
-    )
-    width = int(np.prod(kernel.shape[:in_rank]))
-    kernel = ops.reshape(kernel, (width, -1))
-    return cx.matmul_once(inputs, kernel, in_rank, out_shape)
 
 
 def check_attention_mask_shape(
@@ -164,10 +107,14 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             Defaults to the query's.
         scale: positive float multiplying both parts of the score. Defaults
             to `key_dim ** -0.5`.
-        kernel_initializer, bias_initializer, kernel_regularizer,
-        bias_regularizer, kernel_constraint, bias_constraint: passed to the
-            four `ComplexDense` projections (see `ComplexDense`).
+        kernel_initializer: passed to the four `ComplexDense`
+            projections (see `ComplexDense`).
+        bias_initializer: passed to the four projections.
+        kernel_regularizer: passed to the four projections.
+        bias_regularizer: passed to the four projections.
         activity_regularizer: applied to the output.
+        kernel_constraint: passed to the four projections.
+        bias_constraint: passed to the four projections.
         rotary_max_wavelength: if set (e.g. 10000), complex rotary position
             encoding of the projected queries and keys: feature `j` of the
             token at position `p` is multiplied by `exp(i p theta_j)`,
@@ -208,22 +155,30 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
 
     Call arguments:
         query: `(B, T, 2 * Eq)`, stacked.
+
         value: `(B, S, 2 * Ev)`, stacked.
+
         key: optional `(B, S, 2 * Ek)`, stacked. Defaults to `value`.
+
         attention_mask: optional boolean mask, `True` = attend, of shape
             `(B, T, S)`, `(T, S)` or `(B, num_heads, T, S)`, broadcastable.
             A rank-2 mask is `(T, S)`, never a `(B, S)` key padding mask:
             pass that as `value_mask`, or as `attention_mask[:, None, :]`.
+
         use_causal_mask: if `True`, query `t` attends to keys `s <= t`
             (top-left aligned, as in `keras.layers.MultiHeadAttention`).
+
         return_attention_scores: if `True`, also return the attention
             weights `(B, num_heads, T, 2 * S)` with `[Re | Im]` on the last
             axis, before dropout (the Keras convention).
+
         training: whether dropout is active.
+
         query_mask, value_mask, key_mask: boolean `(B, T)` / `(B, S)`
             masks, filled in by Keras from the inputs' masks (`Masking`,
             `Embedding(mask_zero=True)`); combined with the others by `&`.
             With a `cache`, `S` is the cache's length `S_max`.
+
         cache: optional key/value cache for autoregressive decoding, as
             keras-hub's `CachedMultiHeadAttention`: a float tensor
             `(B, 2, S_max, num_heads, 2 * key_dim)` holding the projected
@@ -232,6 +187,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             the rotary encoding, if any). Needs `value_dim == key_dim`.
             Start from zeros. The attention then runs against the cache's
             `S_max` keys: `S` above reads `S_max`.
+
         cache_update_index: int or scalar int tensor, with `cache` only.
             If given, the keys and values projected from `key`/`value`
             (`S_new` rows) are written into the cache at rows
@@ -243,6 +199,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             encoder's keys and values of a cross-attention, computed once
             with `cache_update_index=0`): `key`/`value` are ignored, every
             row is attended and a causal mask is top-left aligned.
+
         query_start_index: the position of the query's first row for the
             rotary encoding. Defaults to `cache_update_index`, or 0. (A
             decoder passes its step index here when it reuses a
@@ -258,12 +215,11 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         (updated, or as received): `output`, `(output, scores)`,
         `(output, cache)` or `(output, scores, cache)`, as keras-hub's.
 
-    Example:
-
-    >>> layer = ComplexMultiHeadAttention(num_heads=2, key_dim=4)
-    >>> x = keras.ops.ones((3, 5, 8))           # 4 complex features
-    >>> tuple(layer(x, x, use_causal_mask=True).shape)
-    (3, 5, 8)
+    Examples:
+        >>> layer = ComplexMultiHeadAttention(num_heads=2, key_dim=4)
+        >>> x = keras.ops.ones((3, 5, 8))           # 4 complex features
+        >>> tuple(layer(x, x, use_causal_mask=True).shape)
+        (3, 5, 8)
 
     References:
         Eilers, F. and Jiang, X., "Building Blocks for a Complex-Valued
@@ -707,15 +663,15 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             minimum=cx.GAUSS_MIN_SIZE_PROJECTIONS,
             dtype=dense.compute_dtype,
         ):
-            return _gauss_einsum(
+            return gauss_einsum(
                 dense, inputs, "ble,enh->blnh", (-1,) + heads, heads
             )
         if not _tracing.weights_once():
-            return _block_einsum(
+            return block_einsum(
                 dense, inputs, "bld,dnh->blnh", (-1,) + heads, 0, heads
             )
         # (B, L, 2E) -> (B L, N, 2h) -> (B, L, N, 2h): rank 4 at most.
-        outputs = _matmul_once(
+        outputs = matmul_once(
             dense, inputs, (-1, self.num_heads * head_dim), out_shape=heads
         )
         outputs = cx.reshape(
@@ -723,7 +679,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             tuple(ops.shape(inputs)[:2]) + (self.num_heads, 2 * head_dim),
         )
         if dense.use_bias:
-            outputs = outputs + _stacked_bias(dense, heads)
+            outputs = outputs + stacked_bias(dense, heads)
         return outputs
 
     def _project_from_heads(self, inputs):
@@ -738,7 +694,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             minimum=cx.GAUSS_MIN_SIZE_PROJECTIONS,
             dtype=self.output_dense.compute_dtype,
         ):
-            return _gauss_einsum(
+            return gauss_einsum(
                 self.output_dense,
                 inputs,
                 "btnv,nvo->bto",
@@ -747,7 +703,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             )
         if not _tracing.weights_once():
             kernel_shape = (self.num_heads, self.value_dim, -1)
-            return _block_einsum(
+            return block_einsum(
                 self.output_dense,
                 inputs,
                 "btnh,nho->bto",
@@ -758,9 +714,9 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         # (B, T, N, 2V), each head [x_r | x_i]: the kernel's rows in the
         # same order, (N, 2V, O) with W_i then W_r in each head.
         kernel_shape = (self.num_heads, self.value_dim, -1)
-        outputs = _matmul_once(self.output_dense, inputs, kernel_shape, 2)
+        outputs = matmul_once(self.output_dense, inputs, kernel_shape, 2)
         if self.output_dense.use_bias:
-            outputs = outputs + _stacked_bias(self.output_dense, (-1,))
+            outputs = outputs + stacked_bias(self.output_dense, (-1,))
         return outputs
 
     # ------------------------------------------------------------------

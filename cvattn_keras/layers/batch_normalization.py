@@ -118,8 +118,10 @@ class ComplexBatchNormalization(keras.layers.Layer):
     Args:
         momentum: float in [0, 1). Defaults to `0.99`.
         epsilon: positive float. Defaults to `1e-5`.
-        center, scale: whether to use the bias (`beta` / `bias`) and the
-            scale (`G` / `Gamma`). Default `True`.
+        center: whether to use the bias (`beta` / `bias`). Defaults to
+            `True`.
+        scale: whether to use the scale (`G` / `Gamma`). Defaults to
+            `True`.
         synchronized: whether to reduce the batch statistics over the
             replicas of a `tf.distribute` strategy. Defaults to `False`.
         convention: `"trabelsi"` (default) or `"reference"`, above.
@@ -127,7 +129,9 @@ class ComplexBatchNormalization(keras.layers.Layer):
 
     Call arguments:
         inputs: `(B, ..., 2E)` stacked.
+
         training: batch statistics (and updates) when `True`.
+
         mask: optional boolean `(B, ...)`, False for padded steps.
     """
 

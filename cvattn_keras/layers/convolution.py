@@ -32,9 +32,13 @@ class ComplexConv1D(keras.layers.Layer):
         padding: `"valid"` (default), `"same"` or `"causal"`.
         dilation_rate: positive int. Defaults to 1.
         use_bias: whether to add the complex bias. Defaults to `True`.
-        kernel_initializer, bias_initializer, kernel_regularizer,
-        bias_regularizer, kernel_constraint, bias_constraint: as in
-            `ComplexDense` (each part initialised independently).
+        kernel_initializer: as in `ComplexDense` (each part initialised
+            independently).
+        bias_initializer: as in `ComplexDense`.
+        kernel_regularizer: as in `ComplexDense`.
+        bias_regularizer: as in `ComplexDense`.
+        kernel_constraint: as in `ComplexDense`.
+        bias_constraint: as in `ComplexDense`.
         complex_matmul: `"auto"` (default), `"gauss"` or `"block"`, as in
             `ComplexDense`: Gauss's form is three real convolutions
             against `W_r`, `W_i - W_r` and `W_r + W_i`; `"auto"` takes it

@@ -44,9 +44,11 @@ class ComplexDense(keras.layers.Layer):
             `None` means this default.
         bias_initializer: initializer for `bias_real` and `bias_imag`.
             Defaults to `"zeros"`; `None` means this default.
-        kernel_regularizer, bias_regularizer: applied to each part.
+        kernel_regularizer: applied to each part of the kernel.
+        bias_regularizer: applied to each part of the bias.
         activity_regularizer: applied to the stacked output.
-        kernel_constraint, bias_constraint: applied to each part.
+        kernel_constraint: applied to each part of the kernel.
+        bias_constraint: applied to each part of the bias.
         complex_matmul: how the complex product is computed: `"block"`,
             the contraction above (four real multiplications per complex
             one); `"gauss"`, Gauss's three real matmuls (`k1 = (x_r + x_i)
@@ -68,11 +70,10 @@ class ComplexDense(keras.layers.Layer):
     Output shape:
         `(..., 2 * units)`.
 
-    Example:
-
-    >>> layer = ComplexDense(4)
-    >>> tuple(layer(keras.ops.ones((2, 3, 6))).shape)  # 3 -> 4 complex
-    (2, 3, 8)
+    Examples:
+        >>> layer = ComplexDense(4)
+        >>> tuple(layer(keras.ops.ones((2, 3, 6))).shape)  # 3 -> 4 complex
+        (2, 3, 8)
     """
 
     def __init__(

@@ -21,6 +21,7 @@ class ComplexDropout(keras.layers.Layer):
 
     Call arguments:
         inputs: `(..., 2 * E)` stacked.
+
         training: dropout is active only when `True`.
     """
 

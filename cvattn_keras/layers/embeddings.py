@@ -42,6 +42,7 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
 
     Call arguments:
         inputs: `(B, T, 2E)` stacked.
+
         start_index: the position of the first step (for decoding one step
             at a time). Defaults to 0.
     """
@@ -93,6 +94,7 @@ class ComplexRotaryEmbedding(keras.layers.Layer):
 
     Call arguments:
         inputs: `(B, T, ..., 2E)` stacked.
+
         start_index: the position of the first step. Defaults to 0.
     """
 

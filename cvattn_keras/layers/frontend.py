@@ -44,10 +44,13 @@ class ComplexFrequencyFrontEnd(keras.layers.Layer):
             `"split_leaky_relu"`, the reference's.
         batch_norm_convention: `"reference"` (default) or `"trabelsi"`,
             passed to every `ComplexBatchNormalization`.
-        batch_norm_momentum, batch_norm_epsilon: of every batch norm
-            (Keras' sense of momentum). Defaults `0.5`, `1e-9`.
+        batch_norm_momentum: the momentum of every batch norm (Keras'
+            sense of momentum). Defaults to `0.5`.
+        batch_norm_epsilon: the epsilon of every batch norm. Defaults to
+            `1e-9`.
         synchronized: the batch norms' `synchronized`.
-        kernel_initializer, bias_initializer: of every convolution.
+        kernel_initializer: the kernel initializer of every convolution.
+        bias_initializer: the bias initializer of every convolution.
         **kwargs: base `Layer` arguments.
 
     Input shape:
@@ -57,7 +60,9 @@ class ComplexFrequencyFrontEnd(keras.layers.Layer):
 
     Call arguments:
         inputs: the spectra.
+
         training: batch statistics in the norms when `True`.
+
         mask: optional boolean `(B, T)`: masked frames are left out of the
             batch statistics.
 

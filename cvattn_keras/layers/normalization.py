@@ -110,12 +110,11 @@ class ComplexLayerNormalization(keras.layers.Layer):
     Input shape:
         `(..., 2 * E)`, stacked. Output: the same shape.
 
-    Example:
-
-    >>> x = cvattn_keras.to_stacked([[1, 1j, -1, -1j]])
-    >>> y = ComplexLayerNormalization()(x)
-    >>> bool(abs(float(y[0, 0]) - 1.224745) < 1e-4)
-    True
+    Examples:
+        >>> x = cvattn_keras.to_stacked([[1, 1j, -1, -1j]])
+        >>> y = ComplexLayerNormalization()(x)
+        >>> bool(abs(float(y[0, 0]) - 1.224745) < 1e-4)
+        True
 
     References:
         Eilers & Jiang, "Building Blocks for a Complex-Valued Transformer

@@ -289,6 +289,10 @@ class ComplexSTFT(_STFTBase):
         frame_length: positive int, the window's length in samples.
         frame_step: positive int, the hop between frames. At most
             `frame_length` unless `allow_gaps=True`.
+        **kwargs: the keyword arguments below, and the base `Layer`
+            arguments (`name`, `dtype`, ...).
+
+    Keyword Args:
         fft_length: positive int >= `frame_length`, the DFT's length `N`
             (`None`: `frame_length`). Any length for the convolution.
         window: `"hann"` (periodic, default), `"hamming"` (periodic),
@@ -316,7 +320,6 @@ class ComplexSTFT(_STFTBase):
         implementation: `"auto"`, `"conv"` or `"fft"`, as above (in
             training and in TFLite files).
         allow_gaps: allow `frame_step > frame_length`. Defaults to `False`.
-        **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
 
     Input shape:
         `(B, L)` or `(B, L, 1)` float samples (integer samples are refused:
@@ -336,11 +339,10 @@ class ComplexSTFT(_STFTBase):
     divides `L`) counts as the last sample, so a fully valid waveform
     gives fully valid frames.
 
-    Example:
-
-    >>> stft = ComplexSTFT(512, 128, bins=(0, 100))
-    >>> tuple(stft(keras.ops.zeros((2, 16000))).shape)  # 1 + 16000 // 128
-    (2, 126, 200)
+    Examples:
+        >>> stft = ComplexSTFT(512, 128, bins=(0, 100))
+        >>> tuple(stft(keras.ops.zeros((2, 16000))).shape)  # 1 + 16000 // 128
+        (2, 126, 200)
     """
 
     _kernel_fn = staticmethod(sf.dft_kernels)
@@ -485,10 +487,8 @@ class ComplexISTFT(_STFTBase):
     dtype policy, and the waveform is cast to the compute dtype.
 
     Args:
-        frame_length, frame_step, fft_length, window, center, pad_mode,
-        bins, normalized, trainable, allow_gaps: as `ComplexSTFT`'s (the
-            same values invert it); `trainable` learns the inverse
-            kernels (the envelope keeps the window).
+        frame_length: as `ComplexSTFT`'s (the same value inverts it).
+        frame_step: as `ComplexSTFT`'s (the same value inverts it).
         length: the output's length in samples: the waveform is cut, or
             padded with zeros at the end, to it. `None` (default): `(T - 1)
             * frame_step` centred with an even `N` (`(T - 1) * frame_step +
@@ -496,9 +496,21 @@ class ComplexISTFT(_STFTBase):
             otherwise, for `T` frames: pass the STFT's input length to get
             it back exactly (a centred STFT of `L` samples has `1 + L //
             frame_step` frames).
+        **kwargs: the keyword arguments below, and the base `Layer`
+            arguments.
+
+    Keyword Args:
+        fft_length: as `ComplexSTFT`'s (the same values invert it).
+        window: as `ComplexSTFT`'s.
+        center: as `ComplexSTFT`'s.
+        pad_mode: as `ComplexSTFT`'s.
+        bins: as `ComplexSTFT`'s.
+        normalized: as `ComplexSTFT`'s.
+        trainable: as `ComplexSTFT`'s; `True` learns the inverse kernels
+            (the envelope keeps the window).
         implementation: `"auto"`, `"conv"` or `"fft"`, as above (in
             training and in TFLite files).
-        **kwargs: base `Layer` arguments.
+        allow_gaps: as `ComplexSTFT`'s.
 
     Input shape:
         `(B, T, 2F)`, `[Re | Im]` on the last axis.
@@ -506,11 +518,10 @@ class ComplexISTFT(_STFTBase):
     Output shape:
         `(B, L)`.
 
-    Example:
-
-    >>> istft = ComplexISTFT(512, 128, length=16000)
-    >>> tuple(istft(keras.ops.zeros((2, 126, 514))).shape)
-    (2, 16000)
+    Examples:
+        >>> istft = ComplexISTFT(512, 128, length=16000)
+        >>> tuple(istft(keras.ops.zeros((2, 126, 514))).shape)
+        (2, 16000)
     """
 
     _kernel_fn = staticmethod(sf.inverse_dft_kernels)

@@ -20,6 +20,7 @@ from cvattn_keras.layers.normalization import ComplexRMSNormalization
 from cvattn_keras.layers.normalization import _features
 
 NORMALIZATIONS = ("whitening", "naive", "rms")
+"""The `normalization` choices of the transformer layers."""
 
 
 def _check_layer_norm_epsilon(value, normalization):
@@ -273,14 +274,23 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         }
 
 
-_BLOCK_ARGS = """
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class ComplexTransformerEncoder(_ComplexTransformerBlock):
+    """A complex transformer encoder layer on stacked `(B, T, 2E)`.
+
+    The reference structure (post-norm): `x = LN(x + MHA(x, x, x))`, then
+    `x = LN(x + Lin(Drop(act(Lin(x)))))`, with no dropout on the residual
+    branches and no final norm.
+
     Args:
         num_heads: positive int, attention heads.
         intermediate_dim: complex width of the feed-forward network.
             Defaults to E, the input's (the reference: E -> E -> E).
         key_dim: complex width of each head. Defaults to `E // num_heads`.
-        softmax, product: the attention variant (see
-            `ComplexMultiHeadAttention`). Default `"real"`, `"inner"`.
+        softmax: the attention variant's softmax (see
+            `ComplexMultiHeadAttention`). Defaults to `"real"`.
+        product: the attention variant's product (see
+            `ComplexMultiHeadAttention`). Defaults to `"inner"`.
         dropout: dropout rate after the feed-forward activation (one mask
             per complex feature). Defaults to 0.
         attention_dropout: dropout rate on the attention weights. Defaults
@@ -295,9 +305,10 @@ _BLOCK_ARGS = """
         layer_norm_epsilon: epsilon of the normalizations. Default `1e-5`;
             0 (not with `normalization="rms"`) for the reference's
             arithmetic, see `ComplexLayerNormalization`.
-        kernel_initializer, bias_initializer: of every projection.
-            Default `"complex_glorot_uniform"` and `"zeros"` (also for
-            `None`).
+        kernel_initializer: of every projection. Defaults to
+            `"complex_glorot_uniform"` (also for `None`).
+        bias_initializer: of every projection. Defaults to `"zeros"` (also
+            for `None`).
         seed: int or None, for the dropouts.
         rotary_max_wavelength: complex rotary position encoding in every
             attention (see `ComplexMultiHeadAttention`); `None` (default)
@@ -309,32 +320,23 @@ _BLOCK_ARGS = """
             feed-forward network's (see `ComplexDense`); `"gauss"` where
             matmuls dominate (accelerators), `"auto"` picks by width.
         **kwargs: base `Layer` arguments.
-"""
 
-
-@keras.saving.register_keras_serializable(package="cvattn_keras")
-class ComplexTransformerEncoder(_ComplexTransformerBlock):
-    __doc__ = (
-        """A complex transformer encoder layer on stacked `(B, T, 2E)`.
-
-    The reference structure (post-norm): `x = LN(x + MHA(x, x, x))`, then
-    `x = LN(x + Lin(Drop(act(Lin(x)))))`, with no dropout on the residual
-    branches and no final norm.
-"""
-        + _BLOCK_ARGS
-        + """
     Call arguments:
         inputs: `(B, T, 2E)`.
+
         padding_mask: optional boolean `(B, T)`, `True` for real tokens.
             Keras masks on `inputs` (`Masking`, `mask_zero=True`) are used
             when it is not given.
+
         attention_mask: optional boolean `(B, T, T)`, `True` = attend.
+
         use_causal_mask: causal self-attention. Defaults to `False`.
+
         return_attention_scores: also return the attention weights
             `(B, num_heads, T, 2T)`.
+
         training: whether dropout is active.
-"""
-    )
+    """
 
     def build(self, inputs_shape):
         features = self._features(inputs_shape)
@@ -410,43 +412,90 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
 class ComplexTransformerDecoder(_ComplexTransformerBlock):
-    __doc__ = (
-        """A complex transformer decoder layer on stacked tensors.
+    """A complex transformer decoder layer on stacked tensors.
 
     The reference structure (post-norm): causal self-attention, then
     cross-attention to the encoder's output, then the feed-forward network,
     each in a residual branch followed by a LayerNorm. Without
     `encoder_sequence` (at build and call) there is no cross-attention: a
     decoder-only block.
-"""
-        + _BLOCK_ARGS
-        + """
+
+    Args:
+        num_heads: positive int, attention heads.
+        intermediate_dim: complex width of the feed-forward network.
+            Defaults to E, the input's (the reference: E -> E -> E).
+        key_dim: complex width of each head. Defaults to `E // num_heads`.
+        softmax: the attention variant's softmax (see
+            `ComplexMultiHeadAttention`). Defaults to `"real"`.
+        product: the attention variant's product (see
+            `ComplexMultiHeadAttention`). Defaults to `"inner"`.
+        dropout: dropout rate after the feed-forward activation (one mask
+            per complex feature). Defaults to 0.
+        attention_dropout: dropout rate on the attention weights. Defaults
+            to 0 (the reference's MusicNet models use 0.1).
+        activation: the feed-forward activation: a name from
+            `cvattn_keras.activations` or `"modrelu"`. Defaults to
+            `"split_leaky_relu"`, the reference's "CReLU".
+        norm_first: pre-norm (`x + f(norm(x))`) if `True`; the reference is
+            post-norm (`norm(x + f(x))`, default).
+        normalization: `"whitening"` (the paper's, default), `"naive"` or
+            `"rms"`.
+        layer_norm_epsilon: epsilon of the normalizations. Default `1e-5`;
+            0 (not with `normalization="rms"`) for the reference's
+            arithmetic, see `ComplexLayerNormalization`.
+        kernel_initializer: of every projection. Defaults to
+            `"complex_glorot_uniform"` (also for `None`).
+        bias_initializer: of every projection. Defaults to `"zeros"` (also
+            for `None`).
+        seed: int or None, for the dropouts.
+        rotary_max_wavelength: complex rotary position encoding in every
+            attention (see `ComplexMultiHeadAttention`); `None` (default)
+            for none.
+        chunk_size: `"auto"` (default), `None` or a positive int: every
+            attention's keys in blocks (see `ComplexMultiHeadAttention`).
+        complex_matmul: `"auto"` (default), `"gauss"` or `"block"`: the
+            form of every complex product, the attention's and the
+            feed-forward network's (see `ComplexDense`); `"gauss"` where
+            matmuls dominate (accelerators), `"auto"` picks by width.
+        **kwargs: base `Layer` arguments.
+
     Call arguments:
         decoder_sequence: `(B, T, 2E)`.
+
         encoder_sequence: optional `(B, S, 2Ee)`.
+
         decoder_padding_mask, encoder_padding_mask: optional boolean
             `(B, T)` / `(B, S)`, `True` for real tokens. The first masks the
             self-attention, the second the keys of the cross-attention.
             Keras masks on the inputs do the same when these are not given.
+
         self_attention_mask: optional boolean `(B, T, T)`.
+
         cross_attention_mask: optional boolean `(B, T, S)`.
+
         use_causal_mask: causal self-attention. Defaults to `True`.
+
         return_attention_scores: also return the weights of the
             self-attention `(B, N, T, 2T)` and of the cross-attention
             `(B, N, T, 2S)` (or `None`), as a tuple.
+
         training: whether dropout is active.
+
         self_attention_cache: optional key/value cache of the
             self-attention, `(B, 2, T_max, num_heads, 2 * key_dim)` (see
             `ComplexMultiHeadAttention`), for decoding a few steps at a
             time as keras-hub's `TransformerDecoder`.
+
         self_attention_cache_update_index: int or int tensor, the position
             of `decoder_sequence`'s first step: its keys and values are
             written there, and with `use_causal_mask` step `t` attends to
             the cached positions `<= index + t`. `None` uses the cache as
             it is.
+
         cross_attention_cache: optional key/value cache of the
             cross-attention, `(B, 2, S, num_heads, 2 * key_dim)`. Given
             with a cross-attention iff `self_attention_cache` is.
+
         cross_attention_cache_update_index: `0` to compute the encoder's
             keys and values into the cache, `None` (default) to reuse it
             (`encoder_sequence` is then not read).
@@ -462,8 +511,7 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
         updated cache and, with a cross-attention, the cross-attention's:
         `outputs`, `(outputs, scores)`, `(outputs, self_cache[,
         cross_cache])` or `(outputs, scores, self_cache[, cross_cache])`.
-"""
-    )
+    """
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         shape = decoder_sequence_shape
