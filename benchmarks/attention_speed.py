@@ -87,6 +87,13 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("CVATTN_KERAS_QUIET_STARTUP", "1")
+
+# First, before keras imports TensorFlow: it filters TensorFlow's
+# start-up lines (cvattn_keras/_startup.py).
+import cvattn_keras  # noqa: E402, F401
+
+# isort: split
 
 import _speed_reference  # noqa: E402
 import _speed_runs  # noqa: E402

@@ -19,6 +19,13 @@ import os
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("CVATTN_KERAS_QUIET_STARTUP", "1")
+
+# First, before keras imports TensorFlow: it filters TensorFlow's
+# start-up lines (cvattn_keras/_startup.py).
+import cvattn_keras  # noqa: E402, F401
+
+# isort: split
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
