@@ -23,6 +23,7 @@ _LONGEST_FIRST = (
     "test_export.py",
     "test_export_onnx.py",
     "test_symbolic_tracing.py",
+    "test_guides.py",
     "test_export_waveform.py",
     "test_export_generator.py",
     "test_waveform_models.py",
