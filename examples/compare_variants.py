@@ -7,13 +7,51 @@ Trains `music_classifier` with each of the 8 softmax x product variants and
 writes a markdown table of held-out micro-averaged AP (mean +- std over
 seeds) and training time.
 
+`--data scores` runs it on real music: `datasets.score_music` (music21
+scores played by a SoundFont; the `music` extra), trained on its train
+split and scored on its test split (held-out works), at a recipe scaled to
+a 2-core CPU (see `SCORES`): 8 kHz audio, MIDI 36-95, `stft()` (512
+points, hop 256, 128 bins), 15 minutes of training audio cut into 440
+windows of `--frames` 64 frames (labels on the windows' own STFT frames;
+`cut_windows`), 10 epochs of batches of 8, the `SMALL` model. The models
+take the waveform (their first layer the STFT, frozen). Two tasks
+(`--task`, default both):
+
+- transcription: every variant and the real baseline, scored with
+  `metrics.transcription_scores` (AP, frame precision / recall /
+  accuracy, onset note F1 at threshold 0.5);
+- generation, the paper's protocol: `music_generator` with every complex
+  variant (the library has no real-valued generator, so no real baseline
+  here) reads the first 43/64 of a window's frames and is trained with
+  teacher forcing (`models.shift_right`) on the notes of the rest; it is
+  evaluated by `models.generate(..., feedback="logits")` on the test
+  windows, the generated frames scored as above. The table adds the AP of
+  teacher forcing: at this budget the generators learn mostly to carry
+  the previous frame on, and generating from their own outputs scores far
+  lower.
+
+It writes a markdown table per task (mean +- std over seeds) and a JSON of
+every run's numbers under `--output` (a folder). Measured on a shared
+2-core CPU (other jobs running): a transcription run of one variant, 8
+epochs, 39 s (held-out AP 0.47; the label density is 0.057), a generation
+run 55 s; the default run (9 x 3 transcription and 8 x 3 generation
+models, 10 epochs) about 45 minutes. The numbers are not comparable to
+MusicNet's (see the tables).
+
 Run:  python examples/compare_variants.py [--epochs 10] [--seeds 3]
           [--output examples/output/compare_variants.md] [--smoke]
+      python examples/compare_variants.py --data scores
+          [--task transcription|generation|both] [--epochs N] [--seeds 3]
+          [--frames 64] [--train-minutes M] [--test-minutes M]
+          [--output examples/output/compare_variants_scores] [--smoke]
 """
 
 import argparse
+import json
 import math
 import os
+import shlex
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -77,14 +115,592 @@ def train(build, data, epochs, seed, batch_size=32):
     return model.evaluate(x_test, y_test, verbose=0)[1], seconds, model
 
 
+# ----------------------------------------------------------------------
+# --data scores
+# ----------------------------------------------------------------------
+
+# The render and the recipe of `--data scores`, scaled to a 2-core CPU:
+# 8 kHz audio, the 60 notes C2 (MIDI 36) to B6 (1976 Hz, below the 4 kHz
+# Nyquist frequency), 10.24-s clips (5 windows of 64 frames), `stft()`'s
+# frames. The defaults of the options take about 45 minutes in all (see
+# the module's docstring).
+SCORES = dict(
+    sample_rate=8000,
+    lowest_note=36,
+    notes=60,
+    clip_seconds=10.24,
+    epochs=10,
+    train_minutes=15.0,
+    test_minutes=5.0,
+    frames=64,
+    learning_rate=2e-3,
+    batch_size=8,
+)
+# --smoke: seconds in all (a few seconds of audio, 16-frame windows).
+SCORES_SMOKE = dict(train_minutes=0.1, test_minutes=0.07, clip_seconds=2.048)
+# The paper's generation split of its 64 frames: 43 source, 21 target.
+SOURCE_SHARE = 43 / 64
+METRICS = (
+    ("ap", "AP"),
+    ("frame_precision", "frame P"),
+    ("frame_recall", "frame R"),
+    ("frame_accuracy", "frame acc."),
+    ("note_f1", "note F1"),
+)
+# The generation table's extra column: the AP of teacher forcing.
+GENERATION_METRICS = (("ap_teacher_forced", "AP (teacher forced)"),)
+NOT_COMPARABLE = (
+    "These numbers are not comparable to MusicNet's: the audio is a "
+    "synthetic rendering of scores (music21's Bach chorales and string "
+    "quartets played by a General MIDI SoundFont, humanised, in a "
+    "simulated room), not recordings; the model (the scaled-down `{size}` "
+    "size) and the recipe (minutes of audio at 8 kHz, a few epochs) are "
+    "scaled to a CPU; and the split (score_music's works, held out by "
+    "work) and the note range (MIDI {low} to {high}) differ from "
+    "MusicNet's."
+)
+NO_REAL_GENERATOR = (
+    "The library has no real-valued generator (`real_music_classifier` has "
+    "no encoder-decoder counterpart), so this table has no real baseline."
+)
+
+
+def stft():
+    """The STFT of `--data scores` at 8 kHz: 512 points (64 ms, the
+    periodic Hann window) every 256 samples (31.25 frames per second, as
+    `score_music`'s default), centred, the first 128 bins (15.6 Hz apart,
+    up to 1.98 kHz: the fundamentals of every note up to B6; below C4 two
+    fundamentals can share a bin, and their harmonics tell them apart).
+    128 bins are what `SMALL`'s front end was sized for (128 -> 62 -> 30
+    -> 14 bins); 256 (a 1024-point STFT) would double its cost."""
+    return cvk.layers.ComplexSTFT(512, 256, bins=(0, 128), name="stft")
+
+
+def min_frames(transform):
+    """The fewest frames a window (and a generation source) may have: a
+    waveform of at least one whole STFT frame, `fft_length` samples."""
+    return 1 + -(-transform.fft_length // transform.frame_step)
+
+
+def smallest_frames(transform, task):
+    """The fewest `--frames` of `task`: a window of at least one whole STFT
+    frame, and with generation a source of one too and a target frame."""
+    least = min_frames(transform)
+    frames = least
+    while task != "transcription" and (
+        generation_split(frames)[0] < least or generation_split(frames)[1] < 1
+    ):
+        frames += 1
+    return frames
+
+
+def generation_split(frames):
+    """`(source_frames, target_frames)` of a `frames`-frame window: the
+    paper's 43 + 21 of 64, scaled."""
+    source = int(round(frames * SOURCE_SHARE))
+    return source, frames - source
+
+
+def cut_windows(audio, labels, transform, frames):
+    """Clips `(clips, samples)` and their labels `(clips, clip_frames,
+    notes)` at `transform`'s frames -> windows `(windows, samples)` and
+    `(windows, frames, notes)`, clip by clip, and each window's `(clip,
+    first frame)`.
+
+    Window `w` of a clip starts at its frame `f = w * frames`, sample
+    `f * frame_step` (a multiple of the hop), and holds
+    `waveform_length(transform, frames)` samples: the transform of the
+    window puts its frame `t` where the clip's frame `f + t` is (centred
+    on sample `(f + t) * frame_step`, plus `fft_length // 2` without
+    centring), so the labels of frames `f` to `f + frames - 1` are the
+    window's. Only whole windows inside the clip are taken."""
+    hop = transform.frame_step
+    length = cvk.models.waveform_length(transform, frames)
+    starts = [
+        f
+        for f in range(0, labels.shape[1] - frames + 1, frames)
+        if f * hop + length <= audio.shape[1]
+    ]
+    x = [audio[:, f * hop : f * hop + length] for f in starts]
+    y = [labels[:, f : f + frames] for f in starts]
+    where = [(c, f) for c in range(len(audio)) for f in starts]
+    x = np.stack(x, 1).reshape(-1, length) if starts else audio[:0, :length]
+    y = np.stack(y, 1).reshape((-1, frames) + labels.shape[2:])
+    return x, y, where
+
+
+def load_score_windows(args, transform):
+    """score_music's train and test splits (held-out works) cut into
+    windows: `{"train": (x, y), "test": (x, y)}` and the test split's
+    `ScoreMusic`."""
+    windows, test = {}, None
+    for split, minutes in (
+        ("train", args.train_minutes),
+        ("test", args.test_minutes),
+    ):
+        data = cvk.datasets.score_music(
+            split,
+            minutes=minutes,
+            sample_rate=SCORES["sample_rate"],
+            lowest_note=SCORES["lowest_note"],
+            notes=SCORES["notes"],
+            clip_seconds=args.clip_seconds,
+            stft=transform,
+            seed=0,
+            cache_dir=args.cache_dir,
+        )
+        x, y, _ = cut_windows(data.audio, data.labels, transform, args.frames)
+        if not len(x):
+            raise ValueError(
+                f"--frames {args.frames} is more than a clip's "
+                f"{data.labels.shape[1]} frames"
+            )
+        if split == "train" and len(x) > args.batch_size:
+            # Whole batches only: a last, smaller batch would compile the
+            # training step a second time (seconds per run).
+            keep = len(x) // args.batch_size * args.batch_size
+            x, y = x[:keep], y[:keep]
+        windows[split] = (x, y)
+        test = data
+    return windows, test
+
+
+def sigmoid(logits):
+    """Probabilities of logits, without overflow."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(logits, np.float64)))
+
+
+def predict(model, x, batch_size=256):
+    """`model.predict` of an array (or a dict of them) in batches of one
+    size (the last one padded): one compilation."""
+    arrays = x if isinstance(x, dict) else {None: x}
+    count = len(next(iter(arrays.values())))
+    batch_size = min(batch_size, count)
+    padded = -(-count // batch_size) * batch_size
+    arrays = {
+        key: np.concatenate([a, np.zeros_like(a[: padded - count])])
+        for key, a in arrays.items()
+    }
+    x = arrays if isinstance(x, dict) else arrays[None]
+    return model.predict(x, batch_size=batch_size, verbose=0)[:count]
+
+
+def trainable(model):
+    """The trainable parameters (the frozen STFT's kernels, most of
+    `count_params()` at this size, and the norms' statistics left out)."""
+    return int(sum(np.prod(w.shape) for w in model.trainable_weights))
+
+
+def _compile(model, args):
+    # --smoke: eagerly, one step of a tiny model, where tracing and
+    # compiling the step would take most of the seconds.
+    model.compile(
+        keras.optimizers.Adam(args.learning_rate),
+        keras.losses.BinaryCrossentropy(from_logits=True),
+        run_eagerly=args.smoke,
+    )
+
+
+def run_transcription(build, windows, args, seed, frame_rate):
+    """Trains one classifier, returns its scores on the test windows."""
+    (x, y), (x_test, y_test) = windows["train"], windows["test"]
+    keras.utils.set_random_seed(seed)
+    model = build()
+    _compile(model, args)
+    start = time.perf_counter()
+    model.fit(x, y, epochs=args.epochs, batch_size=args.batch_size, verbose=0)
+    logits = predict(model, x_test)
+    scores = cvk.metrics.transcription_scores(
+        y_test,
+        sigmoid(logits),
+        frame_rate,
+        lowest_note=SCORES["lowest_note"],
+    )
+    return scores, time.perf_counter() - start, trainable(model)
+
+
+def run_generation(build, windows, args, seed, frame_rate, transform):
+    """Trains one generator with teacher forcing on the windows' source
+    and target frames; returns the scores of `generate(...,
+    feedback="logits")` on the test windows' target frames, and the AP of
+    the teacher-forced logits (the true previous frames fed in: what the
+    training optimises; the gap to the generated AP is the cost of
+    feeding back the model's own outputs)."""
+    source, _ = generation_split(args.frames)
+    samples = cvk.models.waveform_length(transform, source)
+    (x, y), (x_test, y_test) = windows["train"], windows["test"]
+    keras.utils.set_random_seed(seed)
+    model = build()
+    _compile(model, args)
+    start = time.perf_counter()
+    target = y[:, source:]
+    model.fit(
+        {
+            "waveform": x[:, :samples],
+            "previous_notes": cvk.models.shift_right(target),
+        },
+        target,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        verbose=0,
+    )
+    # Uncompiled: one call per model, where XLA's compilation would cost
+    # more than it saves.
+    _, logits = cvk.models.generate(
+        model, x_test[:, :samples], feedback="logits", jit_compile=False
+    )
+    scores = cvk.metrics.transcription_scores(
+        y_test[:, source:],
+        sigmoid(logits),
+        frame_rate,
+        lowest_note=SCORES["lowest_note"],
+    )
+    forced = predict(
+        model,
+        {
+            "waveform": x_test[:, :samples],
+            "previous_notes": cvk.models.shift_right(y_test[:, source:]),
+        },
+    )
+    scores["ap_teacher_forced"] = cvk.metrics.average_precision(
+        y_test[:, source:], sigmoid(forced)
+    )
+    return scores, time.perf_counter() - start, trainable(model)
+
+
+def score_models(variants, size, args, transform):
+    """`{task: [(label, build), ...]}` of the tasks asked for."""
+    notes = SCORES["notes"]
+    source, target = generation_split(args.frames)
+    models = {}
+    if args.task in ("transcription", "both"):
+        runs = []
+        for softmax, product in variants:
+            runs.append(
+                (
+                    f"{softmax} / {product}",
+                    lambda s=softmax, p=product: cvk.models.music_classifier(
+                        frames=args.frames,
+                        notes=notes,
+                        stft=transform.get_config(),
+                        softmax=s,
+                        product=p,
+                        **size,
+                    ),
+                )
+            )
+        runs.append(
+            (
+                "real baseline",
+                lambda: cvk.models.real_music_classifier(
+                    frames=args.frames,
+                    notes=notes,
+                    stft=transform.get_config(),
+                    **real_size(size),
+                ),
+            )
+        )
+        models["transcription"] = runs
+    if args.task in ("generation", "both"):
+        models["generation"] = [
+            (
+                f"{softmax} / {product}",
+                lambda s=softmax, p=product: cvk.models.music_generator(
+                    source_frames=source,
+                    target_frames=target,
+                    notes=notes,
+                    stft=transform.get_config(),
+                    softmax=s,
+                    product=p,
+                    **size,
+                ),
+            )
+            for softmax, product in variants
+        ]
+    return models
+
+
+def score_command(args):
+    """The command line of this run, every setting spelt out."""
+    words = ["python", "examples/compare_variants.py", "--data", "scores"]
+    if args.smoke:
+        words.append("--smoke")
+    words += [
+        "--task",
+        args.task,
+        "--epochs",
+        str(args.epochs),
+        "--seeds",
+        str(args.seeds),
+        "--frames",
+        str(args.frames),
+        "--train-minutes",
+        f"{args.train_minutes:g}",
+        "--test-minutes",
+        f"{args.test_minutes:g}",
+    ]
+    if args.variants:
+        words += ["--variants", *args.variants]
+    return shlex.join(words)
+
+
+def score_table(task, rows, args, counts, chance):
+    """The markdown table of one task: mean +- std per metric."""
+    source, target = generation_split(args.frames)
+    low = SCORES["lowest_note"]
+    what = (
+        "transcription of every frame"
+        if task == "transcription"
+        else f"generation of the last {target} frames from the first "
+        f'{source} (teacher forcing; `generate(feedback="logits")`)'
+    )
+    caption = (
+        f"Held-out scores on `score_music`'s test works, {what}: "
+        f"{counts['train']} training and {counts['test']} test windows of "
+        f"{args.frames} frames ({args.train_minutes:g} and "
+        f"{args.test_minutes:g} minutes at {SCORES['sample_rate']} Hz, "
+        f"MIDI {low} to {low + SCORES['notes'] - 1}), {args.epochs} "
+        f"epoch{'s' * (args.epochs != 1)}, "
+        f"mean +- std over {args.seeds} seed(s); note F1 is onset-only, "
+        f"threshold 0.5. A constant predictor's AP is the label density, "
+        f"{chance[0]:.3f}; each note's frequency in the training windows "
+        f"as its probability scores {chance[1]:.3f}. "
+        f"`{score_command(args)}`"
+    )
+    lines = [caption, ""]
+    if task == "generation":
+        lines += [NO_REAL_GENERATOR, ""]
+    metrics = METRICS + (GENERATION_METRICS if task == "generation" else ())
+    lines += [
+        NOT_COMPARABLE.format(
+            size="TINY" if args.smoke else "SMALL",
+            low=low,
+            high=low + SCORES["notes"] - 1,
+        ),
+        "",
+        "| variant (softmax / product) | "
+        + " | ".join(name for _, name in metrics)
+        + " | trainable parameters | time per run |",
+        "| --- |" + " --- |" * (len(metrics) + 2),
+    ]
+    for label, runs in rows:
+        cells = [
+            "{:.3f} +- {:.3f}".format(
+                np.mean([r[key] for r in runs]), np.std([r[key] for r in runs])
+            )
+            for key, _ in metrics
+        ]
+        seconds = np.mean([r["seconds"] for r in runs])
+        lines.append(
+            f"| {label} | " + " | ".join(cells) + f" | "
+            f"{runs[0]['parameters']:,} | {seconds:.0f} s |"
+        )
+    return "\n".join(lines)
+
+
+def check_score_args(parser, args):
+    """Fills in the defaults of `--data scores` and checks them."""
+    if args.task is None:
+        args.task = "both"
+    for name in ("epochs", "frames", "train_minutes", "test_minutes"):
+        if getattr(args, name) is None:
+            setattr(args, name, SCORES[name])
+    args.clip_seconds = SCORES["clip_seconds"]
+    if args.smoke:
+        args.epochs, args.seeds = 1, 1
+        args.variants = args.variants or ["realip", "abscp"]
+        args.frames = 16
+        args.train_minutes = SCORES_SMOKE["train_minutes"]
+        args.test_minutes = SCORES_SMOKE["test_minutes"]
+        args.clip_seconds = SCORES_SMOKE["clip_seconds"]
+    args.learning_rate = SCORES["learning_rate"]
+    args.batch_size = SCORES["batch_size"]
+    for name in ("epochs", "seeds"):
+        if getattr(args, name) < 1:
+            parser.error(
+                f"--{name} must be at least 1. Received: --{name} "
+                f"{getattr(args, name)}"
+            )
+    for name in ("train_minutes", "test_minutes"):
+        if not getattr(args, name) > 0:
+            parser.error(
+                f"--{name.replace('_', '-')} must be > 0. Received: "
+                f"{getattr(args, name)}"
+            )
+    transform = stft()
+    least = smallest_frames(transform, args.task)
+    if args.frames < least:
+        parser.error(
+            f"--frames {args.frames} is too few for the model's front end: "
+            f"its STFT needs windows of at least one whole frame "
+            f"({transform.fft_length} samples: {min_frames(transform)} "
+            f"frames of hop {transform.frame_step})"
+            + (
+                ""
+                if args.task == "transcription"
+                else ", the generation's source (the first 43/64 of the "
+                "frames) too"
+            )
+            + f". Use --frames {least} or more. Received: --frames "
+            f"{args.frames}"
+        )
+    clip_frames = cvk.stft.frame_count(
+        int(round(args.clip_seconds * SCORES["sample_rate"])),
+        transform.frame_step,
+        transform.fft_length,
+        transform.center,
+    )
+    if args.frames > clip_frames:
+        parser.error(
+            f"--frames {args.frames} is more than a clip's {clip_frames} "
+            f"frames ({args.clip_seconds:g} s)"
+        )
+    return transform
+
+
+def run_scores(args, parser):
+    """`--data scores`: see the module's docstring."""
+    transform = check_score_args(parser, args)
+    if args.output is None:
+        args.output = os.path.join(
+            "examples", "output", "compare_variants_scores"
+        )
+    variants = parse_variants(args.variants)
+    size = TINY if args.smoke else SMALL
+    with tempfile.TemporaryDirectory() as temporary:
+        if args.smoke and args.cache_dir is None:
+            # A fresh render of a few seconds, away from the user's cache.
+            args.cache_dir = temporary
+        start = time.perf_counter()
+        windows, test = load_score_windows(args, transform)
+    print(
+        f"score_music: {len(windows['train'][0])} training and "
+        f"{len(windows['test'][0])} test windows of {args.frames} frames "
+        f"({time.perf_counter() - start:.0f} s)",
+        flush=True,
+    )
+    frame_rate = test.frame_rate
+    models = score_models(variants, size, args, transform)
+    total = args.seeds * sum(len(runs) for runs in models.values())
+    results = {task: [] for task in models}
+    done = 0
+    for task, runs in models.items():
+        for label, build in runs:
+            per_seed = []
+            for seed in range(args.seeds):
+                keras.backend.clear_session()
+                if task == "transcription":
+                    scores, seconds, params = run_transcription(
+                        build, windows, args, seed, frame_rate
+                    )
+                else:
+                    scores, seconds, params = run_generation(
+                        build, windows, args, seed, frame_rate, transform
+                    )
+                done += 1
+                per_seed.append(
+                    dict(
+                        variant=label,
+                        seed=seed,
+                        parameters=params,
+                        seconds=seconds,
+                        **scores,
+                    )
+                )
+                print(
+                    f"[{done}/{total}] {task} {label} seed {seed}: "
+                    + ", ".join(
+                        f"{name} {scores[key]:.3f}"
+                        for key, name in METRICS + GENERATION_METRICS
+                        if key in scores
+                    )
+                    + f" ({seconds:.0f} s)",
+                    flush=True,
+                )
+            results[task].append((label, per_seed))
+    os.makedirs(args.output, exist_ok=True)
+    counts = {split: len(windows[split][0]) for split in windows}
+    tables = {}
+    source, _ = generation_split(args.frames)
+    for task, rows in results.items():
+        cut = 0 if task == "transcription" else source
+        y_test = windows["test"][1][:, cut:]
+        prior = windows["train"][1][:, cut:].mean(axis=(0, 1))
+        chance = (
+            float(np.mean(y_test)),
+            cvk.metrics.average_precision(
+                y_test, np.broadcast_to(prior, y_test.shape)
+            ),
+        )
+        tables[task] = score_table(task, rows, args, counts, chance)
+        with open(os.path.join(args.output, f"{task}.md"), "w") as f:
+            f.write(tables[task] + "\n")
+        print("\n" + tables[task], flush=True)
+    if "generation" in results:
+        print("\n" + NO_REAL_GENERATOR)
+    record = dict(
+        command=score_command(args),
+        settings=dict(
+            SCORES,
+            epochs=args.epochs,
+            seeds=args.seeds,
+            frames=args.frames,
+            train_minutes=args.train_minutes,
+            test_minutes=args.test_minutes,
+            clip_seconds=args.clip_seconds,
+            windows=counts,
+            stft=transform.get_config(),
+            size=size,
+        ),
+        **{
+            task: [run for _, runs in rows for run in runs]
+            for task, rows in results.items()
+        },
+    )
+    with open(os.path.join(args.output, "runs.json"), "w") as f:
+        json.dump(record, f, indent=1, default=str)
+    print(f"\nwritten to {args.output}")
+    return {task: dict(rows) for task, rows in results.items()}
+
+
+def parse_variants(names):
+    if names:
+        return [cvk.attention.parse_variant(v) for v in names]
+    return [
+        (softmax, product)
+        for product in cvk.attention.PRODUCTS
+        for softmax in cvk.attention.SOFTMAX_VARIANTS
+    ]
+
+
+# ----------------------------------------------------------------------
+
+
+SCORE_ONLY = ("task", "frames", "train_minutes", "test_minutes", "cache_dir")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="'scores': datasets.score_music (the music extra); default: "
+        "the built-in synthetic_music",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help=f"default: 10 (synthetic), {SCORES['epochs']} (scores)",
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--samples", type=int, default=1024)
     parser.add_argument(
         "--output",
-        default=os.path.join("examples", "output", "compare_variants.md"),
+        default=None,
+        help="the table's file (default: examples/output/"
+        "compare_variants.md); with --data scores a folder for the tables "
+        "and runs.json (default: examples/output/compare_variants_scores)",
     )
     parser.add_argument(
         "--variants",
@@ -92,8 +708,63 @@ def main(argv=None):
         default=None,
         help="compound names such as realip absonlycp (default: all 8)",
     )
+    parser.add_argument(
+        "--task",
+        choices=("transcription", "generation", "both"),
+        default=None,
+        help="--data scores: the tasks run (default: both)",
+    )
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=None,
+        help=f"--data scores: frames per window (default {SCORES['frames']})",
+    )
+    parser.add_argument(
+        "--train-minutes",
+        type=float,
+        default=None,
+        help="--data scores: minutes of training audio (default "
+        f"{SCORES['train_minutes']:g})",
+    )
+    parser.add_argument(
+        "--test-minutes",
+        type=float,
+        default=None,
+        help="--data scores: minutes of held-out audio (default "
+        f"{SCORES['test_minutes']:g})",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="--data scores: score_music's cache_dir (default: its own; "
+        "with --smoke a temporary folder)",
+    )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
+    if args.data is not None and args.data != "scores":
+        parser.error(
+            "--data takes 'scores' (datasets.score_music); leave it out for "
+            "the built-in synthetic_music (MusicNet's features: "
+            f"examples/train_music.py --data). Received: --data {args.data}"
+        )
+    if args.data == "scores":
+        return run_scores(args, parser)
+    given = [
+        "--" + name.replace("_", "-")
+        for name in SCORE_ONLY
+        if getattr(args, name) is not None
+    ]
+    if given:
+        parser.error(
+            f"{', '.join(given)} "
+            f"{'apply' if len(given) > 1 else 'applies'} to --data scores "
+            "only. Received without --data scores."
+        )
+    if args.epochs is None:
+        args.epochs = 10
+    if args.output is None:
+        args.output = os.path.join("examples", "output", "compare_variants.md")
     size = SMALL
     if args.smoke:
         args.epochs, args.seeds, args.samples = 1, 1, 40
@@ -106,14 +777,7 @@ def main(argv=None):
     data = (x[:split], y[:split]), (x[split:], y[split:])
     shape = dict(frames=x.shape[1], bins=x.shape[2] // 2, notes=y.shape[2])
 
-    if args.variants:
-        variants = [cvk.attention.parse_variant(v) for v in args.variants]
-    else:
-        variants = [
-            (softmax, product)
-            for product in cvk.attention.PRODUCTS
-            for softmax in cvk.attention.SOFTMAX_VARIANTS
-        ]
+    variants = parse_variants(args.variants)
     runs = [(f"{s} / {p}", s, p) for s, p in variants]
     runs.append(("real baseline", None, None))
     rows = []

@@ -214,6 +214,141 @@ def test_compare_variants(tmp_path):
     assert "| real baseline |" in table.read_text()
 
 
+_SCORE_METRICS = ("AP", "frame P", "frame R", "frame acc.", "note F1")
+_SCORE_KEYS = (
+    "ap",
+    "frame_precision",
+    "frame_recall",
+    "frame_accuracy",
+    "note_f1",
+)
+
+
+def test_compare_variants_on_scores_smoke(tmp_path, monkeypatch):
+    """--data scores --smoke: both tasks on a few seconds of score_music
+    (rendered in a temporary folder, the user's cache untouched), a table
+    per task with every metric and the not-comparable sentence, and the
+    JSON of the runs."""
+    import json
+    import re
+
+    monkeypatch.setenv("CVATTN_KERAS_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    results = _main("compare_variants.py")(
+        ["--data", "scores", "--smoke", "--output", str(out)]
+    )
+    assert not (tmp_path / "cache").exists()
+    variants = ["real / inner", "abs / bilinear"]
+    assert list(results["transcription"]) == variants + ["real baseline"]
+    assert list(results["generation"]) == variants
+    for task, rows in results.items():
+        text = (out / f"{task}.md").read_text()
+        assert "These numbers are not comparable to MusicNet's: " in text
+        assert "--data scores --smoke" in text
+        lines = text.splitlines()
+        header = next(line for line in lines if line.startswith("| variant"))
+        assert all(f"| {name} |" in header for name in _SCORE_METRICS)
+        table = [line for line in lines if line.startswith("| ")][2:]
+        assert [line.split(" | ")[0] for line in table] == [
+            "| " + label for label in rows
+        ]
+        for line in table:
+            cells = re.findall(r"(\d+\.\d+) \+- (\d+\.\d+)", line)
+            # generation: and the AP of teacher forcing
+            assert len(cells) == len(_SCORE_METRICS) + (task == "generation")
+            assert all(0 <= float(v) <= 1 for cell in cells for v in cell)
+    text = (out / "generation.md").read_text()
+    assert "no real-valued generator" in text
+    assert "| AP (teacher forced) |" in text
+    record = json.loads((out / "runs.json").read_text())
+    for task, count in (("transcription", 3), ("generation", 2)):
+        assert len(record[task]) == count
+        for run in record[task]:
+            for key in _SCORE_KEYS:
+                assert 0 <= run[key] <= 1
+    assert 0 <= record["generation"][0]["ap_teacher_forced"] <= 1
+
+
+def test_compare_variants_windows_follow_score_labels(tmp_path):
+    """The windows of --data scores start on a multiple of the hop, their
+    labels are score_music's at the windows' own STFT frames (recomputed
+    from its notes), and the STFT of a window is the clip's there."""
+    import keras
+    import numpy as np
+
+    import cvattn_keras as cvk
+
+    module = runpy.run_path(os.path.join(EXAMPLES, "compare_variants.py"))
+    stft = module["stft"]()
+    scores = module["SCORES"]
+    data = cvk.datasets.score_music(
+        "test",
+        minutes=0.07,
+        sample_rate=scores["sample_rate"],
+        lowest_note=scores["lowest_note"],
+        notes=scores["notes"],
+        clip_seconds=2.048,
+        stft=stft,
+        cache_dir=str(tmp_path),
+    )
+    frames, hop, rate = 16, stft.frame_step, data.sample_rate
+    x, y, where = module["cut_windows"](data.audio, data.labels, stft, frames)
+    length = cvk.models.waveform_length(stft, frames)
+    assert x.shape == (len(where), length) and len(where) == 8
+    assert y.shape == (len(where), frames, scores["notes"])
+    # Where the STFT centres the window's frames (the last one on sample
+    # `length`, one past the window's end: `waveform_length` is the fewest
+    # samples that make `frames` frames).
+    centres = np.arange(frames) * hop
+    assert stft.center and length == centres[-1]
+    assert keras.ops.convert_to_numpy(stft(x[:1])).shape[1] == frames
+    clip_centres = cvk.stft.frame_centres(
+        data.audio.shape[1], hop, stft.fft_length, stft.center, stft.pad_mode
+    )
+    spectra = keras.ops.convert_to_numpy(stft(data.audio))
+    inside = (centres >= stft.fft_length // 2) & (
+        centres + stft.fft_length // 2 <= length
+    )
+    assert inside.sum() >= frames - 2 * (stft.fft_length // hop)
+    for i, (clip, first) in enumerate(where):
+        assert first % frames == 0
+        start = first * hop
+        # The window's frame t is the clip's frame first + t.
+        np.testing.assert_array_equal(
+            start + centres, clip_centres[first : first + frames]
+        )
+        np.testing.assert_array_equal(x[i], data.audio[clip, start:][:length])
+        want = np.zeros((frames, scores["notes"]), np.float32)
+        for onset, offset, pitch in data.notes[clip]:
+            on, off = round(onset * rate), round(offset * rate)
+            sounding = (start + centres >= on) & (start + centres < off)
+            want[sounding, pitch - scores["lowest_note"]] = 1
+        np.testing.assert_array_equal(y[i], want)
+        window = keras.ops.convert_to_numpy(stft(x[i : i + 1]))[0]
+        np.testing.assert_allclose(
+            window[inside],
+            spectra[clip, first : first + frames][inside],
+            atol=1e-3 * np.abs(spectra[clip]).max(),
+        )
+    assert y.sum() > 0
+
+
+def test_compare_variants_rejects_bad_input(capsys):
+    main = _main("compare_variants.py")
+    for argv, message in (
+        (["--data", "musicnet.npz"], "--data takes 'scores'"),
+        (["--data", "scores", "--frames", "2"], "too few for the model's"),
+        (
+            ["--data", "scores", "--task", "transcription", "--frames", "1"],
+            "--frames 3 or more",
+        ),
+        (["--frames", "64"], "--frames applies to --data scores only"),
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert message in capsys.readouterr().err
+
+
 def test_modulation():
     results = _main("modulation.py")(["--smoke"])
     assert set(results) == {"complex", "real"}
