@@ -100,7 +100,7 @@ def real_size(complex_size):
     )
 
 
-def train(build, data, epochs, seed, batch_size=32):
+def train(build, data, epochs, seed, batch_size=32, run_eagerly=False):
     (x, y), (x_test, y_test) = data
     keras.utils.set_random_seed(seed)
     model = build()
@@ -108,6 +108,9 @@ def train(build, data, epochs, seed, batch_size=32):
         keras.optimizers.Adam(2e-3),
         keras.losses.BinaryCrossentropy(from_logits=True),
         metrics=[cvk.metrics.MicroAveragedPrecision()],
+        # --smoke: eagerly, where tracing and compiling would take most of
+        # the seconds.
+        run_eagerly=run_eagerly,
     )
     start = time.perf_counter()
     model.fit(x, y, epochs=epochs, batch_size=batch_size, verbose=0)
@@ -797,7 +800,9 @@ def main(argv=None):
 
         scores, times = [], []
         for seed in range(args.seeds):
-            ap, seconds, model = train(build, data, args.epochs, seed)
+            ap, seconds, model = train(
+                build, data, args.epochs, seed, run_eagerly=args.smoke
+            )
             scores.append(ap)
             times.append(seconds)
         rows.append(

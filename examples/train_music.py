@@ -390,6 +390,9 @@ def main(argv=None):
         optimizer=keras.optimizers.Adam(args.learning_rate),
         loss=keras.losses.BinaryCrossentropy(from_logits=True),
         metrics=[cvk.metrics.MicroAveragedPrecision()],
+        # --smoke: eagerly, where tracing and compiling the steps would
+        # take most of its seconds.
+        run_eagerly=args.smoke,
     )
     print(
         f"model: {args.size}, softmax={model.get_layer('encoder_0').softmax}"
