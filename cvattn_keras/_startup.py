@@ -21,14 +21,17 @@ user's program by default:
 - the process was started as a command of this package,
   `python -m cvattn_keras...` (the export and interop command lines);
 - or the environment variable `CVATTN_KERAS_QUIET_STARTUP` is `"1"` (the
-  examples set it).
+  examples and benchmarks set it);
 
-Then it also sets `TF_CPP_MIN_LOG_LEVEL` to `"2"` unless it is set (what
-the command lines and examples ask for, which they cannot do themselves
-under `-m`: the package is imported before their `__main__`). It does
-nothing when TensorFlow is already imported or the Keras backend (as
-Keras chooses it: `KERAS_BACKEND`, else `keras.json`, else TensorFlow) is
-not TensorFlow.
+and never when that variable is `"0"`: the way to see everything, for
+instance when a command dies while TensorFlow starts (a crash inside the
+import, such as an abort, loses what was captured).
+
+A command also gets `TF_CPP_MIN_LOG_LEVEL` `"2"` unless it is set (what
+the command lines ask for, which they cannot do themselves under `-m`:
+the package is imported before their `__main__`). Nothing is done when
+TensorFlow is already imported or the Keras backend (as Keras chooses it:
+`KERAS_BACKEND`, else `keras.json`, else TensorFlow) is not TensorFlow.
 
 Standard library only, and no module-level import of TensorFlow or Keras:
 this runs before either is imported.
@@ -71,8 +74,9 @@ BENIGN_WITHOUT_GPU = (
 
 
 def has_nvidia_device():
-    """Whether the machine has an NVIDIA device node (`/dev/nvidia<N>`)."""
-    return bool(glob.glob("/dev/nvidia[0-9]*"))
+    """Whether the machine may have a GPU for CUDA: an NVIDIA device node
+    (`/dev/nvidia<N>`) or WSL 2's GPU device (`/dev/dxg`)."""
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/dxg")
 
 
 # Whether `quiet_tensorflow_import` redirected fd 2 in this process (for
@@ -180,8 +184,12 @@ def quiet_tensorflow_import():
         except OSError:  # no fd 2 (a windowed program): nothing to quiet
             return False
         try:
+            os.dup2(capture.fileno(), 2)
+        except OSError:
+            os.close(saved)
+            return False
+        try:
             try:
-                os.dup2(capture.fileno(), 2)
                 redirected = True
                 import tensorflow as tf
 
@@ -205,11 +213,22 @@ def quiet_tensorflow_import():
 
 
 def quiet_startup_if_asked():
-    """`quiet_tensorflow_import()`, and `TF_CPP_MIN_LOG_LEVEL` set to 2
-    unless set, when this process is a `python -m cvattn_keras...`
-    command or `CVATTN_KERAS_QUIET_STARTUP` is `"1"`; else nothing."""
-    if os.environ.get(ENVIRONMENT_VARIABLE) != "1":
-        if not started_as_command():
-            return False
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    """`quiet_tensorflow_import()` when this process is a `python -m
+    cvattn_keras...` command or `CVATTN_KERAS_QUIET_STARTUP` is `"1"`;
+    nothing when the variable is `"0"` (the way to see everything, e.g.
+    when a command dies while TensorFlow starts: a crash inside the
+    import, such as an abort, loses what was captured) or otherwise.
+
+    A command also gets `TF_CPP_MIN_LOG_LEVEL=2` unless it is set (what
+    the command lines asked for, which their `__main__` cannot do: the
+    package is imported first), under TensorFlow only; a script that sets
+    the variable keeps TensorFlow's log level as it is."""
+    asked = os.environ.get(ENVIRONMENT_VARIABLE)
+    if asked == "0":
+        return False
+    command = started_as_command()
+    if asked != "1" and not command:
+        return False
+    if command and keras_backend() == "tensorflow":
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return quiet_tensorflow_import()

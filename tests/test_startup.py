@@ -124,3 +124,32 @@ def test_quiet_import_prints_no_benign_line():
 def test_not_asked_leaves_fd_2_alone():
     redirected, _ = _import_in_subprocess(quiet=False)
     assert redirected == "False"
+
+
+@pytest.mark.parametrize(
+    "variable, command, backend, quiets, log_level",
+    [
+        (None, False, "tensorflow", False, None),  # a user's program
+        ("1", False, "tensorflow", True, None),  # an example: level kept
+        (None, True, "tensorflow", True, "2"),  # python -m cvattn_keras...
+        (None, True, "jax", True, None),  # a command under JAX: level kept
+        ("0", True, "tensorflow", False, None),  # "0": never
+    ],
+)
+def test_when_the_hook_acts_and_what_it_sets(
+    monkeypatch, variable, command, backend, quiets, log_level
+):
+    calls = []
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    if variable is None:
+        monkeypatch.delenv(_startup.ENVIRONMENT_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(_startup.ENVIRONMENT_VARIABLE, variable)
+    monkeypatch.setattr(_startup, "started_as_command", lambda: command)
+    monkeypatch.setattr(_startup, "keras_backend", lambda: backend)
+    monkeypatch.setattr(
+        _startup, "quiet_tensorflow_import", lambda: calls.append(1) or True
+    )
+    assert _startup.quiet_startup_if_asked() is quiets
+    assert len(calls) == int(quiets)
+    assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") == log_level
