@@ -10,6 +10,17 @@ pytestmark = pytest.mark.slow
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """The examples set variables when they load (`TF_CPP_MIN_LOG_LEVEL`,
+    `CVATTN_KERAS_QUIET_STARTUP`); run in this process, they must not leak
+    into later tests and their subprocesses."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def _main(name):
     return runpy.run_path(os.path.join(EXAMPLES, name))["main"]
 

@@ -32,9 +32,14 @@ def _imports(path, name, modules):
             if node.level:
                 anchor = package.rsplit(".", node.level - 1)[0]
                 base = f"{anchor}.{base}" if base else anchor
-            # `from a import b`: b may be a module of a or a name in it.
-            targets = [f"{base}.{alias.name}" for alias in node.names]
-            targets.append(base)
+            # `from a import b`: the module a.b if there is one, else a
+            # name defined in a (an edge to a).
+            targets = [
+                f"{base}.{alias.name}"
+                if f"{base}.{alias.name}" in modules
+                else base
+                for alias in node.names
+            ]
         else:
             continue
         found.update(t for t in targets if t in modules and t != name)
@@ -67,13 +72,9 @@ def _cycle(graph):
 
 def _graph():
     modules = _modules()
-    graph = {}
-    for name, path in modules.items():
-        imported = _imports(path, name, modules)
-        # A package imported for one of its submodules is not a cycle
-        # through the package's own imports of other submodules.
-        graph[name] = {m for m in imported if not name.startswith(m + ".")}
-    return graph
+    return {
+        name: _imports(path, name, modules) for name, path in modules.items()
+    }
 
 
 def test_no_import_cycle_between_modules():
