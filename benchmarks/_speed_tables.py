@@ -1,10 +1,10 @@
 """The Markdown tables (and the sweep plot) of `attention_speed.py`.
 
 With the default options the attention, core, dense, sweep and LiteRT
-tables are those quoted in the README. `--forms` with more than `auto`
-adds one `<form> / limit` column per further form (the first form is the
-`ours` columns); `--memory` adds the peak resident memory of ours (one
-value per form, in `--forms` order) and of the limit.
+tables are those quoted in docs/performance.md. `--forms` with more
+than `auto` adds one `<form> / limit` column per further form (the first
+form is the `ours` columns); `--memory` adds the peak resident memory of
+ours (one value per form, in `--forms` order) and of the limit.
 """
 
 SWEEP_COLUMNS = ("limit", "ours real", "native real", "ours abs", "native abs")

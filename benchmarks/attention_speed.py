@@ -43,7 +43,7 @@ Options beyond the variants, shapes, passes and jit modes:
   `/ real`) column per further form. The first form fills the `ours`
   columns, the sweep and the reference comparison. Where the library has
   no `complex_matmul` argument, one line says so and only its default
-  (`auto`) is timed. Default `auto`: the tables of the README.
+  (`auto`) is timed. Default `auto`: the tables of docs/performance.md.
 - `--memory` adds the peak resident memory (MiB) of ours (each form) and of
   the limit for every attention row: one subprocess per candidate and pass
   (`_speed_memory.py`, reading `/proc/self/status` as

@@ -348,7 +348,7 @@ def score_music(
     every argument that changes it (and a format version); the parsed
     scores are cached too. A cache file that is unreadable or fails its
     checksum is rebuilt. The same arguments give the same bytes. With the
-    defaults the three splits (45 minutes) build in about a minute.
+    defaults the three splits (45 minutes) build in about two minutes.
 
     Args:
         split: `"train"`, `"validation"` or `"test"`.
