@@ -354,6 +354,7 @@ def test_compare_variants_rejects_bad_input(capsys):
             "--frames 3 or more",
         ),
         (["--frames", "64"], "--frames applies to --data scores only"),
+        (["--data", "scores", "--samples", "9"], "--samples sizes"),
     ):
         with pytest.raises(SystemExit):
             main(argv)
