@@ -535,7 +535,11 @@ def load_musicnet(path, frames=64, bins=2048, notes=128, mmap=True):
 
     Each sample is `frames` STFT frames stored as `[Re(bins) | Im(bins)]`
     float32 (already this library's stacked layout, so no conversion) with
-    `notes` multi-hot labels per frame. Accepted files:
+    `notes` multi-hot labels per frame: by default the pipeline's 11-kHz
+    audio, unwindowed 4096-point FFTs 512 samples apart, their first 2048
+    bins, 64 frames per sample (the documentation's "Real MusicNet" has
+    the whole preprocessing and the `ComplexSTFT` that reproduces it).
+    Accepted files:
 
     - a `.npz` archive with arrays `x` `(N, frames, 2 * bins)` and `y`
       `(N, frames, notes)`;
