@@ -2,16 +2,25 @@
 
 Reads `AUDIO.wav` (PCM, 8/16/24/32-bit, any channels: mixed to mono) with
 the standard library's `wave`, resamples it to the model's rate if needed
-(band-limited, by FFT), cuts it into the windows the file takes, runs the
+(python-soxr, in the `music` extra), cuts it into the windows the file
+takes, runs the
 `.tflite` file from `examples/train_music.py` (any quantization mode) on
 the LiteRT interpreter, and decodes the frames' note probabilities into
 notes. It writes, next to each other in `--output`:
 
 - `AUDIO.notes.csv`: one note per row, `onset_seconds, offset_seconds,
   midi_pitch, peak_probability` (what `mir_eval.transcription` reads);
-- `AUDIO.mid`: the same notes as a standard MIDI file (format 0, 120 bpm,
-  velocity from the peak probability);
-- `AUDIO.png`: the piano roll of the probabilities with the notes drawn.
+- `AUDIO.mid`: the same notes as a standard MIDI file, written by
+  pretty_midi (in the `music` extra; 120 bpm, piano, velocity from the
+  peak probability);
+- `AUDIO.png`: the piano roll of the probabilities with the notes drawn
+  (matplotlib, in the `examples` extra).
+
+Each file is written beside its final name and renamed into place once
+all three are written: a run that fails leaves no file behind. A file
+that cannot be transcribed (missing, not a PCM WAV, shorter than one
+frame) and an `--output` that cannot be a folder end the run with one
+line on stderr naming the file and the problem, and exit status 2.
 
 The decoding: a note is a run of at least `--min-frames` consecutive
 frames whose probability exceeds `--threshold`, from the start of its
@@ -30,7 +39,7 @@ Run:  python examples/train_music.py            # writes the model files
 import argparse
 import json
 import os
-import struct
+import sys
 import time
 import wave
 
@@ -43,23 +52,54 @@ import numpy as np  # noqa: E402
 
 import cvattn_keras as cvk  # noqa: E402
 
+
+class Refused(Exception):
+    """What cannot be transcribed: `main` prints it as one line on stderr
+    and exits with status 2."""
+
+
+def _extra(module, extra, purpose):
+    """`module` imported, or `Refused` naming the extra that installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise Refused(
+            f"{purpose} needs {module}, in the {extra!r} extra: "
+            f"pip install 'cvattn_keras[{extra}]'"
+        ) from None
+
+
 # ----------------------------------------------------------------------
 # Audio in.
 # ----------------------------------------------------------------------
 
 
 def read_wav(path):
-    """`(samples, sample_rate)`: float32 mono in [-1, 1] from a PCM WAV."""
+    """`(samples, sample_rate)`: float32 mono in [-1, 1] from a PCM WAV.
+
+    Raises:
+        Refused: naming `path` and the problem when it is missing, a
+            folder, unreadable or not a PCM WAV that Python's `wave`
+            reads (a float WAV, a header without its data chunk).
+    """
     try:
         with wave.open(path, "rb") as f:
             channels, width = f.getnchannels(), f.getsampwidth()
             rate, data = f.getframerate(), f.readframes(f.getnframes())
+    except OSError as error:  # missing, a folder, no permission
+        raise Refused(f"{path}: {error.strerror or error}") from None
     except (wave.Error, EOFError) as error:
-        raise ValueError(
-            f"{path!r} is not a PCM WAV file that Python's `wave` reads "
-            f"({error}); convert it, e.g. `ffmpeg -i IN -c:a pcm_s16le "
-            "OUT.wav`."
+        raise Refused(
+            f"{path}: not a PCM WAV file that Python's `wave` reads "
+            f"({error or 'the file ends early'}); convert it, e.g. "
+            "`ffmpeg -i IN -c:a pcm_s16le OUT.wav`"
         ) from None
+    if width not in (1, 2, 3, 4):
+        raise Refused(f"{path}: {8 * width}-bit samples are not read")
+    # A file cut short ends mid-frame: keep whole frames only.
+    data = data[: len(data) // (channels * width) * channels * width]
     if width == 1:  # unsigned 8-bit
         x = (np.frombuffer(data, np.uint8).astype(np.float32) - 128) / 128
     elif width == 3:  # 24-bit little-endian: widen to 32
@@ -74,17 +114,39 @@ def read_wav(path):
     return x.reshape(-1, channels).mean(axis=1), rate
 
 
+# Why python-soxr: it is the resampler librosa uses by default (and
+# torchaudio's sox backend wraps the same libsoxr), a maintained binary
+# wheel that needs only NumPy, band-limited with a linear-phase filter,
+# and the same filter runs chunk by chunk (`soxr.ResampleStream`, exactly
+# the whole-file result), which a stream needs and one FFT of the whole
+# file cannot do (its edges also ring: the FFT treats the file as
+# periodic). scipy's `resample_poly` would also do, but has no stream
+# state to carry from one chunk to the next.
+
+
 def resample(x, rate, target):
-    """`x` at `target` Hz: its spectrum cut (or zero-extended) at the lower
-    Nyquist frequency, one FFT of the whole signal."""
+    """`x` (1-D) at `target` Hz, by python-soxr ("HQ": 20-bit, linear
+    phase), about `len(x) * target / rate` samples."""
     if rate == target:
         return x
-    length = int(round(len(x) * target / rate))
-    spectrum = np.fft.rfft(x.astype(np.float64))
-    bins = length // 2 + 1
-    kept = np.zeros(bins, complex)
-    kept[: min(bins, len(spectrum))] = spectrum[:bins]
-    return (np.fft.irfft(kept, length) * length / len(x)).astype(np.float32)
+    soxr = _extra("soxr", "music", "resampling to the model's rate")
+    return soxr.resample(
+        np.asarray(x, np.float32), rate, target, quality="HQ"
+    ).astype(np.float32)
+
+
+def resample_chunks(chunks, rate, target):
+    """Yields the resampled chunks of the 1-D `chunks` (an iterable, e.g.
+    a stream read block by block): together, the same samples as
+    `resample` of the concatenated signal."""
+    if rate == target:
+        yield from (np.asarray(c, np.float32) for c in chunks)
+        return
+    soxr = _extra("soxr", "music", "resampling to the model's rate")
+    stream = soxr.ResampleStream(rate, target, 1, "float32", "HQ")
+    for chunk in chunks:
+        yield stream.resample_chunk(np.asarray(chunk, np.float32))
+    yield stream.resample_chunk(np.zeros(0, np.float32), last=True)
 
 
 def windows(x, samples, frames, frame_step):
@@ -187,40 +249,23 @@ def write_csv(path, notes):
             f.write(f"{onset:.4f},{offset:.4f},{pitch},{peak:.3f}\n")
 
 
-def _variable_length(value):
-    """MIDI's variable-length quantity: 7 bits per byte, high bit on all
-    but the last."""
-    out = [value & 0x7F]
-    value >>= 7
-    while value:
-        out.append(0x80 | (value & 0x7F))
-        value >>= 7
-    return bytes(reversed(out))
-
-
-def write_midi(path, notes, ticks_per_quarter=480):
-    """A format-0 standard MIDI file at 120 bpm (`ticks_per_quarter` * 2
-    ticks per second) on channel 1."""
-    per_second = 2 * ticks_per_quarter
-    events = []  # (tick, order: note-offs first, bytes)
+def write_midi(path, notes):
+    """A standard MIDI file of `notes`, written by pretty_midi: 120 bpm,
+    one piano part, velocity from the peak probability."""
+    pretty_midi = _extra("pretty_midi", "music", "writing MIDI")
+    midi = pretty_midi.PrettyMIDI(initial_tempo=120.0, resolution=480)
+    piano = pretty_midi.Instrument(program=0, name="transcription")
     for onset, offset, pitch, peak in notes:
         velocity = int(np.clip(round(127 * peak), 1, 127))
-        on, off = round(onset * per_second), round(offset * per_second)
-        events.append((on, 1, bytes([0x90, pitch, velocity])))
-        events.append((max(off, on + 1), 0, bytes([0x80, pitch, 0])))
-    track = bytearray(b"\x00\xff\x51\x03\x07\xa1\x20")  # 500,000 us/quarter
-    tick = 0
-    for when, _, message in sorted(events):
-        track += _variable_length(when - tick) + message
-        tick = when
-    track += b"\x00\xff\x2f\x00"  # end of track
-    with open(path, "wb") as f:
-        f.write(b"MThd" + struct.pack(">IHHH", 6, 0, 1, ticks_per_quarter))
-        f.write(b"MTrk" + struct.pack(">I", len(track)) + track)
+        piano.notes.append(
+            pretty_midi.Note(velocity, int(pitch), onset, offset)
+        )
+    midi.instruments.append(piano)
+    midi.write(path)
 
 
 def save_roll(path, probabilities, notes, spec, title):
-    import matplotlib
+    matplotlib = _extra("matplotlib", "examples", "drawing the piano roll")
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
@@ -253,7 +298,7 @@ def save_roll(path, probabilities, notes, spec, title):
     axes.set(title=title, xlabel="seconds", ylabel="MIDI note")
     figure.colorbar(image, ax=axes, label="probability")
     figure.tight_layout()
-    figure.savefig(path, dpi=80)
+    figure.savefig(path, dpi=80, format="png")
     plt.close(figure)
 
 
@@ -280,9 +325,13 @@ def parse_args(argv=None):
         )
     if args.min_frames < 1:
         parser.error(f"--min-frames must be >= 1. Received: {args.min_frames}")
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1. Received: {args.threads}")
+    if not os.path.isfile(args.model):
+        parser.error(f"--model {args.model}: no such file")
     if args.description is None:
         args.description = os.path.splitext(args.model)[0] + ".json"
-    if not os.path.exists(args.description):
+    if not os.path.isfile(args.description):
         parser.error(
             f"{args.description!r} (what the file takes) does not exist: "
             "train_music.py --input waveform writes it beside the model; "
@@ -291,20 +340,119 @@ def parse_args(argv=None):
     return args
 
 
+_SPEC_KEYS = (
+    "input",
+    "sample_rate",
+    "samples",
+    "frames",
+    "frame_step",
+    "first_centre",
+    "lowest_note",
+    "notes",
+)
+
+
+def read_description(path):
+    """The JSON that says what the model file takes, checked."""
+    try:
+        with open(path) as f:
+            spec = json.load(f)
+    except (OSError, ValueError) as error:
+        raise Refused(f"{path}: not a model description ({error})") from None
+    missing = [
+        k for k in _SPEC_KEYS if not isinstance(spec, dict) or k not in spec
+    ]
+    if missing:
+        raise Refused(f"{path}: not a model description (no {missing[0]!r})")
+    if spec["input"] != "waveform":
+        raise Refused(
+            f"{path}: the model takes {spec['input']!r}, not a waveform: "
+            "train with examples/train_music.py --input waveform"
+        )
+    return spec
+
+
+def output_folder(output):
+    """`output`, a folder that exists or can be made (nothing made yet)."""
+    probe = os.path.abspath(output)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise Refused(f"--output {output}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise Refused(f"--output {output}: {probe} is not writable")
+    return output
+
+
+def write_all(stem, writers):
+    """Each `writers[suffix](path)` writes `stem + suffix`: into a hidden
+    file beside it first, renamed into place once every one is written,
+    so a failure leaves neither new files nor a new folder behind."""
+    folder = os.path.dirname(stem) or "."
+    made = []  # the folders this call makes, the deepest first
+    probe = os.path.abspath(folder)
+    while not os.path.exists(probe):
+        made.append(probe)
+        probe = os.path.dirname(probe)
+    os.makedirs(folder, exist_ok=True)
+    partial = {
+        suffix: os.path.join(
+            folder, f".{os.path.basename(stem)}{suffix}.partial"
+        )
+        for suffix in writers
+    }
+    try:
+        for suffix, write in writers.items():
+            write(partial[suffix])
+        for suffix, path in partial.items():
+            os.replace(path, stem + suffix)
+    except BaseException:
+        for path in partial.values():
+            if os.path.exists(path):
+                os.remove(path)
+        for path in made:
+            os.rmdir(path)
+        raise
+
+
 def main(argv=None):
     args = parse_args(argv)
-    with open(args.description) as f:
-        spec = json.load(f)
-    if spec.get("input") != "waveform":
-        raise SystemExit(
-            f"{args.model!r} takes {spec.get('input')!r}, not a waveform: "
-            "train with examples/train_music.py --input waveform."
-        )
+    try:
+        return transcribe(args)
+    except Refused as error:
+        print(f"transcribe.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def transcribe(args):
+    spec = read_description(args.description)
+    output = output_folder(
+        args.output or os.path.dirname(os.path.abspath(args.audio))
+    )
+    # What each output needs, before any work.
+    _extra("pretty_midi", "music", "writing MIDI")
+    _extra("matplotlib", "examples", "drawing the piano roll")
     x, rate = read_wav(args.audio)
+    if not len(x):
+        raise Refused(f"{args.audio}: the file holds no samples")
+    # Less than one frame of the model's: nothing to hear.
+    if len(x) * spec["sample_rate"] < spec["frame_step"] * rate:
+        raise Refused(
+            f"{args.audio}: {len(x)} sample(s) at {rate} Hz "
+            f"({1000 * len(x) / rate:.3g} ms) is shorter than one frame "
+            f"of the model ({spec['frame_step']} samples at "
+            f"{spec['sample_rate']} Hz)"
+        )
+    if rate != spec["sample_rate"]:
+        _extra("soxr", "music", "resampling to the model's rate")
     x = resample(x, rate, spec["sample_rate"])
     batch = windows(x, spec["samples"], spec["frames"], spec["frame_step"])
     start = time.perf_counter()
-    logits = run_file(args.model, batch, args.threads)
+    try:
+        logits = run_file(args.model, batch, args.threads)
+    except (ValueError, RuntimeError) as error:
+        first = str(error).strip().splitlines()[:1] or [type(error).__name__]
+        raise Refused(f"{args.model}: LiteRT cannot run it ({first[0]})")
     seconds = time.perf_counter() - start
     frames = -(-len(x) // spec["frame_step"])  # those that hear the audio
     logits = logits.reshape(-1, spec["notes"])[:frames]
@@ -312,21 +460,26 @@ def main(argv=None):
     notes = decode(probabilities, args.threshold, args.min_frames, spec)
 
     duration = len(x) / spec["sample_rate"]
-    output = args.output or os.path.dirname(os.path.abspath(args.audio))
-    os.makedirs(output, exist_ok=True)
     stem = os.path.join(
         output, os.path.splitext(os.path.basename(args.audio))[0]
     )
-    write_csv(stem + ".notes.csv", notes)
-    write_midi(stem + ".mid", notes)
-    save_roll(
-        stem + ".png",
-        probabilities,
-        notes,
-        spec,
+    title = (
         f"{os.path.basename(args.audio)}: {len(notes)} notes "
-        f"(threshold {args.threshold})",
+        f"(threshold {args.threshold})"
     )
+    try:
+        write_all(
+            stem,
+            {
+                ".notes.csv": lambda path: write_csv(path, notes),
+                ".mid": lambda path: write_midi(path, notes),
+                ".png": lambda path: save_roll(
+                    path, probabilities, notes, spec, title
+                ),
+            },
+        )
+    except OSError as error:
+        raise Refused(f"--output {output}: {error.strerror or error}") from None
     print(
         f"{args.audio}: {duration:.2f} s at {rate} Hz"
         + (
