@@ -357,14 +357,16 @@ def average_precision(labels, scores):
     over the distinct scores from the highest down, ties counted together
     (scikit-learn's `average_precision_score` of the flattened arrays,
     MusicNet's metric). NaN when no label is 1 (or none is given); a
-    `ValueError` for shapes that differ or scores that are not finite."""
+    `ValueError` for shapes that differ, labels other than 0 and 1, or
+    scores that are not finite. Scores may be probabilities or logits:
+    only their order counts."""
     labels, scores = np.asarray(labels), np.asarray(scores)
     if labels.shape != scores.shape:
         raise ValueError(
             "`labels` and `scores` must have the same shape. Received: "
             f"{labels.shape} and {scores.shape}"
         )
-    labels = labels.astype(np.float64).ravel()
+    labels = _check_labels(labels).ravel()
     scores = scores.astype(np.float64).ravel()
     if not labels.size:
         return float("nan")
@@ -380,6 +382,26 @@ def average_precision(labels, scores):
     precision = hits / (last + 1)
     recall = hits / positives
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def _check_labels(labels, name="labels"):
+    """`labels` as float64, or a `ValueError` unless each is 0 or 1 (as
+    scikit-learn's `average_precision_score` requires: a label of 2 would
+    count twice)."""
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in "biuf":
+        raise ValueError(
+            f"`{name}` must be 0/1 numbers. Received: dtype {labels.dtype}"
+        )
+    labels = labels.astype(np.float64)
+    bad = labels[(labels != 0) & (labels != 1)]
+    if bad.size:
+        shown = ", ".join(repr(float(v)) for v in np.unique(bad)[:5])
+        raise ValueError(
+            f"`{name}` must hold only 0 and 1. Received: {bad.size} other "
+            f"value(s): [{shown}{', ...' if np.unique(bad).size > 5 else ''}]"
+        )
+    return labels
 
 
 def _check_frame_rate(frame_rate):
@@ -408,6 +430,17 @@ def _check_roll(array, name, ndim=(2,)):
     if not np.all(np.isfinite(array)):
         raise ValueError(f"`{name}` must be finite. Received: NaN or inf")
     return array.astype(np.float64)
+
+
+def _check_lowest_note(lowest_note):
+    if isinstance(lowest_note, bool) or not isinstance(
+        lowest_note, (int, np.integer)
+    ):
+        raise ValueError(
+            "`lowest_note` must be an int, the MIDI number of note 0. "
+            f"Received: lowest_note={lowest_note!r}"
+        )
+    return int(lowest_note)
 
 
 def _check_threshold(threshold):
@@ -446,7 +479,7 @@ def frames_to_notes(
         threshold: a note is on in a frame where its probability exceeds
             this.
         min_frames: shorter runs are dropped.
-        lowest_note: the MIDI number of note 0.
+        lowest_note: the MIDI number of note 0, an int.
         start_time: seconds, the start of frame 0.
 
     Returns:
@@ -465,6 +498,7 @@ def frames_to_notes(
             "`min_frames` must be an int >= 1. Received: "
             f"min_frames={min_frames!r}"
         )
+    lowest_note = _check_lowest_note(lowest_note)
     active = (p > threshold).astype(np.int8)
     edges = np.diff(np.pad(active, ((1, 1), (0, 0))), axis=0)
     notes = []
@@ -519,7 +553,9 @@ def transcription_scores(
       `mir_eval.multipitch.evaluate` of the notes above `threshold` in
       each frame against the labels' (as frequencies, frame times at the
       frames' starts; clips laid end to end), over the notes mir_eval
-      admits: 20 Hz to 5 kHz (MIDI 16 to 111).
+      admits: 20 Hz to 5 kHz (MIDI 16 to 111). A note outside that is on
+      in the labels or above `threshold` is left out of these three, with
+      a warning.
     - `"note_precision"`, `"note_recall"`, `"note_f1"`: onset-only note
       transcription (`mir_eval.transcription.precision_recall_f1_overlap`
       with `offset_ratio=None`: an estimated note matches a reference note
@@ -532,23 +568,28 @@ def transcription_scores(
     equal to the density of the labels.
 
     Args:
-        labels: 0/1, `(frames, notes)` or `(clips, frames, notes)`.
-        probabilities: the same shape, in [0, 1] (sigmoid of the logits).
+        labels: 0/1, `(frames, notes)` or `(clips, frames, notes)`, at
+            least one frame and one note.
+        probabilities: the same shape, in [0, 1] (sigmoid of the logits;
+            logits are refused, as the threshold is a probability).
         frame_rate: frames per second.
         threshold: the decoding of the probabilities, as in
             `frames_to_notes`.
         min_frames: the decoding of the probabilities, as in
             `frames_to_notes`.
-        lowest_note: the MIDI number of note 0 (for the frequencies).
-        onset_tolerance: seconds, for the note scores (mir_eval's default
-            0.05).
+        lowest_note: the MIDI number of note 0 (for the frequencies), an
+            int that keeps every note within MIDI 0 to 127.
+        onset_tolerance: seconds >= 0, for the note scores (mir_eval's
+            default 0.05).
 
     Returns:
         A dict of floats with the keys above.
 
     Raises:
-        ValueError: arrays of other shapes or ranks, labels other than 0
-            and 1, non-finite values, a bad `frame_rate`.
+        ValueError: arrays of other shapes or ranks, or empty; labels
+            other than 0 and 1; probabilities outside [0, 1]; non-finite
+            values; a bad `frame_rate`, `threshold`, `min_frames`,
+            `lowest_note` or `onset_tolerance`.
         ImportError: without mir_eval (`pip install "cvattn_keras[music]"`).
     """
     labels = _check_roll(labels, "labels", (2, 3))
@@ -558,17 +599,55 @@ def transcription_scores(
             "`labels` and `probabilities` must have the same shape. "
             f"Received: {labels.shape} and {probabilities.shape}"
         )
-    if not np.all((labels == 0) | (labels == 1)):
-        raise ValueError("`labels` must hold only 0 and 1.")
+    if not labels.size:
+        raise ValueError(
+            "`labels` and `probabilities` must hold at least one frame and "
+            f"one note. Received: shape {labels.shape}"
+        )
+    labels = _check_labels(labels)
+    outside = probabilities[(probabilities < 0) | (probabilities > 1)]
+    if outside.size:
+        raise ValueError(
+            "`probabilities` must be in [0, 1] (for logits, pass "
+            f"`1 / (1 + exp(-logits))`). Received: {outside.size} value(s) "
+            f"outside, from {outside.min()!r} to {outside.max()!r}"
+        )
     frame_rate = _check_frame_rate(frame_rate)
     threshold = _check_threshold(threshold)
+    lowest_note = _check_lowest_note(lowest_note)
+    frames, notes = labels.shape[-2:]
+    if not 0 <= lowest_note <= 128 - notes:
+        raise ValueError(
+            f"`lowest_note` must put the {notes} notes within MIDI 0 to "
+            f"127: 0 <= lowest_note <= {128 - notes}. Received: "
+            f"lowest_note={lowest_note}"
+        )
+    number = not isinstance(onset_tolerance, bool) and isinstance(
+        onset_tolerance, (int, float, np.integer, np.floating)
+    )
+    if not number or not 0 <= onset_tolerance < float("inf"):
+        raise ValueError(
+            "`onset_tolerance` must be a finite number of seconds >= 0. "
+            f"Received: onset_tolerance={onset_tolerance!r}"
+        )
     mir_eval = _mir_eval()
-    clips = labels.reshape((-1,) + labels.shape[-2:])
+    clips = labels.reshape((-1, frames, notes))
     guesses = probabilities.reshape(clips.shape)
-    frames, notes = clips.shape[1:]
     hertz = _hertz(lowest_note + np.arange(notes))
-    # mir_eval's multipitch takes 20 Hz to 5 kHz (MIDI 16 to 111) only.
+    # mir_eval's multipitch takes 20 Hz to 5 kHz (MIDI 16 to 111) only:
+    # say so when a note outside is on in the labels or the estimate.
     audible = (hertz >= _MIN_HERTZ) & (hertz <= _MAX_HERTZ)
+    left_out = np.sum((clips > 0.5) | (guesses > threshold), axis=(0, 1))
+    left_out = np.flatnonzero(left_out * ~audible) + lowest_note
+    if left_out.size:
+        warnings.warn(
+            f"transcription_scores: MIDI note(s) {left_out.tolist()} (with "
+            f"lowest_note={lowest_note}) are outside mir_eval's 20 Hz to "
+            "5 kHz (MIDI 16 to 111) and left out of the frame scores "
+            "(the AP and the note scores count them); is `lowest_note` "
+            "right?",
+            stacklevel=2,
+        )
     duration = frames / frame_rate
     times = np.arange(clips.shape[0] * frames) / frame_rate
     reference = [

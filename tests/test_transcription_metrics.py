@@ -144,7 +144,8 @@ def test_notes_outside_mir_evals_range_are_left_out_of_frame_scores():
     predicted = labels.copy()
     predicted[3, 120] = 0.9  # 8.4 kHz
     predicted[4, 5] = 0.9  # 11 Hz
-    scores = metrics.transcription_scores(labels, predicted, 10.0)
+    with pytest.warns(UserWarning, match=r"MIDI note\(s\) \[5, 120\]"):
+        scores = metrics.transcription_scores(labels, predicted, 10.0)
     assert scores["frame_precision"] == 1.0
     # The note scores count them: two extra notes.
     assert scores["note_precision"] == pytest.approx(1 / 3)
@@ -169,3 +170,53 @@ def test_average_precision_checks_its_inputs():
     with pytest.raises(ValueError, match="finite"):
         metrics.average_precision([1, 0], [0.9, np.nan])
     assert np.isnan(metrics.average_precision([], []))
+
+
+def test_average_precision_takes_only_0_and_1_labels():
+    """As scikit-learn: labels {0, 2} scored twice the 0/1 value."""
+    for labels in ([0, 2, 1], [0, 0.5, 1], [0, -1, 1], [0, np.nan, 1]):
+        with pytest.raises(ValueError, match="`labels` must hold only 0"):
+            metrics.average_precision(labels, [0.1, 0.9, 0.5])
+    booleans = metrics.average_precision([False, True], [0.1, 0.9])
+    assert booleans == 1.0
+
+
+def test_transcription_scores_refuse_what_they_cannot_score(rng):
+    """Each was scored silently: a wrong number, not an error."""
+    labels = _music(rng)
+    scores = metrics.transcription_scores
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        scores(labels * 2, labels, 100, lowest_note=48)
+    # Logits: thresholded at 0.5 as if probabilities.
+    with pytest.raises(ValueError, match=r"`probabilities` must be in \[0"):
+        scores(labels, 8 * labels - 4, 100, lowest_note=48)
+    for tolerance in (-1, float("nan"), float("inf"), "0.05", None):
+        with pytest.raises(ValueError, match="onset_tolerance="):
+            scores(
+                labels, labels, 100, lowest_note=48, onset_tolerance=tolerance
+            )
+    for note in (48.7, 48.0, "48", True, None):
+        with pytest.raises(ValueError, match="lowest_note="):
+            scores(labels, labels, 100, lowest_note=note)
+        with pytest.raises(ValueError, match="lowest_note="):
+            metrics.frames_to_notes(labels[0], 100, lowest_note=note)
+    # Outside MIDI 0-127 (12 notes: 0 to 116 can be served).
+    for note in (5000, -500, -1, 117):
+        with pytest.raises(ValueError, match=r"lowest_note <= 116"):
+            scores(labels, labels, 100, lowest_note=note)
+    assert scores(labels, labels, 100, lowest_note=np.int64(100))["ap"] == 1
+    for shape in ((0, 12), (10, 0), (3, 0, 12), (0, 10, 12)):
+        with pytest.raises(ValueError, match="at least one frame and one"):
+            scores(np.zeros(shape), np.zeros(shape), 100)
+
+
+def test_no_warning_when_every_note_on_is_in_range():
+    """Notes outside 20 Hz-5 kHz that are never on change nothing."""
+    import warnings
+
+    labels = np.zeros((10, 128))
+    labels[2:6, 69] = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scores = metrics.transcription_scores(labels, labels * 0.9, 10.0)
+    assert scores["frame_precision"] == 1.0
