@@ -279,7 +279,10 @@ def test_unfreezing_a_model_keeps_a_frozen_stft_the_dft(rng):
     assert model.trainable_weights == []
     model.trainable = True
     assert fixed.implementation == "auto" and fixed.trainable_weights == []
-    assert fixed.get_config()["trainable"] is False
+    # The config holds the layer's state (unfrozen with the model) and
+    # whether its kernels learn (they do not).
+    assert fixed.get_config()["trainable"] is True
+    assert fixed.get_config()["learn_kernels"] is False
     assert len(learned.trainable_weights) == 2
     assert learned.implementation == "conv"
     clone = ComplexSTFT.from_config(fixed.get_config())
@@ -313,6 +316,110 @@ def test_saved_model_round_trip(rng, tmp_path):
     x = rng.standard_normal((2, 1000)).astype("float32")
     np.testing.assert_array_equal(to_numpy(loaded(x)), to_numpy(model(x)))
     assert loaded.layers[1].length == 1000 and loaded.layers[1].trainable
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [ComplexSTFT, ComplexISTFT])
+def test_a_frozen_learned_front_end_reloads_frozen(rng, tmp_path, cls):
+    """Built trainable, then frozen: saved and reloaded frozen (`fit`
+    moves the Dense after it, not its kernels; it thawed on reload when
+    the config held the construction's flag), and unfrozen after the
+    reload it learns again, as the original would."""
+    if cls is ComplexSTFT:
+        inputs = keras.Input((300,))
+        layer = ComplexSTFT(64, 16, trainable=True, bins=(0, 8))
+    else:
+        inputs = keras.Input((19, 66))
+        layer = ComplexISTFT(64, 16, trainable=True, length=300)
+    dense = keras.layers.Dense(3)
+    model = keras.Model(inputs, dense(layer(inputs)[..., None]))
+    layer.trainable = False
+    assert layer.get_config()["trainable"] is False
+    assert layer.get_config()["learn_kernels"] is True
+    path = tmp_path / "frozen.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    front, back = loaded.layers[1], loaded.layers[-1]
+    assert not front.trainable and front.trainable_weights == []
+    assert len(loaded.trainable_weights) == 2  # the Dense's
+    before = to_numpy(front.kernel_real).copy()
+    dense_before = to_numpy(back.kernel).copy()
+    x = rng.standard_normal((8,) + tuple(inputs.shape[1:])).astype("f4")
+    y = rng.standard_normal((8,) + tuple(loaded.output.shape[1:]))
+    loaded.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    loaded.fit(x, y.astype("float32"), epochs=1, verbose=0)
+    np.testing.assert_array_equal(to_numpy(front.kernel_real), before)
+    assert np.abs(to_numpy(back.kernel) - dense_before).max() > 0
+    front.trainable = True
+    assert len(front.trainable_weights) == 2
+    assert front.implementation == "conv"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(implementation="conv"),
+        dict(implementation="fft"),
+        dict(pad_mode="reflect"),
+        dict(center=False, implementation="conv"),
+        dict(center=False, implementation="fft"),
+    ],
+)
+def test_an_empty_batch(kwargs):
+    """Batch 0 gives what compute_output_shape says on every backend
+    (TensorFlow's convolution returned the padded waveform, MirrorPad and
+    torch's FFT failed, JAX's FFT route dropped the batch axis)."""
+    layer = ComplexSTFT(256, 64, **kwargs)
+    expected = layer.compute_output_shape((0, 1000))
+    assert expected == (0, 16 if layer.center else 12, 258)
+    y = layer(np.zeros((0, 1000), "float32"))
+    assert tuple(y.shape) == expected
+    inverse = ComplexISTFT(256, 64, **kwargs)
+    back = inverse(y)
+    assert tuple(back.shape) == inverse.compute_output_shape(expected)
+    assert tuple(back.shape) == (0, 960)  # (15 * 64 or 11 * 64 + 256)
+
+
+@pytest.mark.parametrize(
+    "frame_length, step, window, first",
+    [
+        (256, 256, "rectangular", 896),  # the last frame ends at 896
+        (256, 256, "hamming", 896),
+        (255, 200, "hann", 928),  # passes the NOLA check
+    ],
+)
+def test_the_inverse_refuses_a_tail_no_frame_covers(
+    rng, frame_length, step, window, first
+):
+    """Centred, 1 + L // step frames can end before sample L: the inverse
+    cannot rebuild the tail (it returned zeros there), so asking for it
+    is a ValueError naming the samples and the arguments, at build with
+    a static frame count and at call otherwise."""
+    x = rng.standard_normal((2, 1000)).astype("float32")
+    args = dict(window=window)
+    spectra = ComplexSTFT(frame_length, step, **args)(x)
+    # The NumPy reference: the samples no window reaches.
+    frames = spectra.shape[1]
+    covered = np.zeros(1000 + frame_length, bool)
+    for t in range(frames):
+        start = t * step - frame_length // 2
+        span = np.flatnonzero(sf.window_array(window, frame_length))
+        covered[np.clip(start + span, 0, None)] = True
+    assert np.flatnonzero(~covered[:1000])[0] == first
+    message = f"samples {first} to 999 .*length=1000.*frame_step={step}"
+    with pytest.raises(ValueError, match=message):
+        ComplexISTFT(frame_length, step, length=1000, **args)(spectra)
+    # A model built on frames of unknown count: checked when called.
+    inverse = ComplexISTFT(frame_length, step, length=1000, **args)
+    inverse.build((None, None, spectra.shape[-1]))
+    with pytest.raises(ValueError, match=message):
+        inverse(spectra)
+    # The covered part is rebuilt (but for the last few samples of the
+    # Hann window's tail, where w ~ 1e-4 divides float32 rounding).
+    part = ComplexISTFT(frame_length, step, length=first, **args)(spectra)
+    assert tuple(part.shape) == (2, first)
+    good = first - 8
+    np.testing.assert_allclose(to_numpy(part)[:, :good], x[:, :good], atol=2e-5)
 
 
 @pytest.mark.parametrize("implementation", ["conv", "fft"])

@@ -74,6 +74,7 @@ class _STFTBase(keras.layers.Layer):
         trainable=False,
         implementation="auto",
         allow_gaps=False,
+        learn_kernels=None,
         **kwargs,
     ):
         allow_gaps = check.boolean(allow_gaps, "allow_gaps")
@@ -96,19 +97,24 @@ class _STFTBase(keras.layers.Layer):
                 f"Received: implementation={implementation!r}"
             )
         trainable = check.boolean(trainable, "trainable")
-        if trainable and implementation == "fft":
+        learn_kernels = check.boolean(
+            trainable if learn_kernels is None else learn_kernels,
+            "learn_kernels",
+        )
+        if learn_kernels and implementation == "fft":
             raise ValueError(
                 "The FFT route has no kernels to learn: use "
                 "implementation='conv' or 'auto' with trainable=True. "
                 f"Received: implementation={implementation!r}"
             )
-        # Whether the kernels are learned, fixed at construction: a layer
-        # that learns them keeps the convolution for good (saved so in
-        # its config), frozen later or not; one built frozen keeps the DFT
+        # Whether the kernels are learned, fixed at construction (by
+        # `trainable`, or `learn_kernels` from a config): a layer that
+        # learns them keeps the convolution for good (saved so in its
+        # config), frozen later or not; one built frozen keeps the DFT
         # (its kernels are non-trainable variables) when a parent model is
         # unfrozen.
-        self._learn = trainable
-        self.implementation = "conv" if trainable else implementation
+        self._learn = learn_kernels
+        self.implementation = "conv" if learn_kernels else implementation
         self.allow_gaps = allow_gaps
         # autocast=False: under mixed precision the waveform stays float32
         # (Keras would round it to float16 before `call`); see the class
@@ -208,9 +214,11 @@ class _STFTBase(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
-                # Whether the kernels are learned (the constructor's
-                # argument), not the layer's current frozen state.
-                "trainable": self._learn,
+                # The layer's current state (frozen after construction or
+                # not, as any Keras layer saves it), and whether its
+                # kernels are weights that learn when it is trainable.
+                "trainable": self.trainable,
+                "learn_kernels": self._learn,
                 "frame_length": self.frame_length,
                 "frame_step": self.frame_step,
                 "fft_length": self.fft_length,
@@ -316,7 +324,13 @@ class ComplexSTFT(_STFTBase):
             convolution for good (`implementation` becomes `"conv"`, in
             its config too), since its kernels may move away from the
             DFT's; `trainable=True` with `implementation="fft"` is a
-            `ValueError`. The config's `trainable` is this argument.
+            `ValueError`. The config holds the layer's current
+            `trainable` (a learned front end frozen afterwards is saved,
+            and reloads, frozen) and `learn_kernels`.
+        learn_kernels: whether the kernels are weights that learn when the
+            layer is trainable; `None` (default): `trainable`. Written in
+            the config, so that a learned front end frozen after
+            construction reloads frozen and unfreezes as it did.
         implementation: `"auto"`, `"conv"` or `"fft"`, as above (in
             training and in TFLite files).
         allow_gaps: allow `frame_step > frame_length`. Defaults to `False`.
@@ -392,6 +406,12 @@ class ComplexSTFT(_STFTBase):
                 f"inputs.dtype={dtype}"
             )
         self._check_shape(inputs.shape)
+        if inputs.shape[0] == 0 and inputs.shape[1] is not None:
+            # An empty batch, as compute_output_shape says (TensorFlow's
+            # convolution returns its input, MirrorPad and torch's FFT
+            # fail on it, JAX's STFT drops the batch axis).
+            shape = self.compute_output_shape(inputs.shape)
+            return ops.zeros(shape, self.compute_dtype)
         x = ops.cast(inputs, "float32")
         if len(x.shape) == 2:
             x = ops.expand_dims(x, -1)  # (B, L, 1): what the delegate pads
@@ -530,6 +550,7 @@ class ComplexISTFT(_STFTBase):
         super().__init__(frame_length, frame_step, **kwargs)
         self.length = check.positive_int(length, "length", allow_none=True)
         sf.check_nola(self._window, self.frame_step, self._names())
+        self._checked_frames = set()  # the frame counts _check_edges passed
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
@@ -543,22 +564,46 @@ class ComplexISTFT(_STFTBase):
         self._add_kernels()
 
     def _check_edges(self, frames):
-        """With a static frame count, the whole envelope over the output
-        (the edges included, where fewer frames overlap) must be nonzero
-        wherever a window reaches (checked in float64)."""
-        if frames is None or not self.center:
+        """With a static frame count and centring, every output sample
+        that a waveform giving `frames` frames holds (its first `length`,
+        the rest being padding) must be reached by a window: the
+        overlap-added squared window is checked there in float64, the
+        edges included (where fewer frames overlap) and the tail past the
+        last frame's window (zero there: the last centred frame can end
+        before the waveform does). A `ValueError` naming the arguments
+        otherwise: those samples would come back as zeros."""
+        if frames is None or not self.center or frames < 1:
+            return
+        if frames in self._checked_frames:
             return
         envelope = sf.overlap_envelope(self._window, self.frame_step, frames)
         offset = sf.window_offset(self.frame_length, self.fft_length)
         start = self.fft_length // 2 - offset
-        stop = start + (self.length or self._default_length(frames))
-        kept = envelope[start:stop]
-        if kept.size and kept.min() <= sf.NOLA_TOLERANCE * envelope.max():
+        length = self.length or self._default_length(frames)
+        # The longest waveform whose centred STFT has `frames` frames (one
+        # sample more gives another frame): samples past it can only be
+        # the zeros that `length` pads with.
+        longest = self._default_length(frames + 1) - 1
+        stop = start + min(length, longest)
+        if stop > envelope.shape[0]:
+            envelope = np.pad(envelope, (0, stop - envelope.shape[0]))
+        lost = envelope[start:stop] <= sf.NOLA_TOLERANCE * envelope.max()
+        if lost.any():
+            first = int(np.argmax(lost))
+            last = int(lost.shape[0] - 1 - np.argmax(lost[::-1]))
             raise ValueError(
-                "The overlap-added window has zeros inside the signal, "
-                "which cannot be recovered there. Received: "
-                f"{self._names()}, frames={frames}"
+                f"ComplexISTFT cannot rebuild samples {first} to {last} "
+                f"({int(lost.sum())} samples) of the length={length} "
+                f"waveform from {frames} centred frames: no frame's window "
+                "reaches them (with center=True a waveform of L samples "
+                "has 1 + L // frame_step frames, and the last one can end "
+                "before sample L), so they would come back as zeros. Use a "
+                "smaller frame_step, pad the waveform at the end before "
+                "the STFT, or ask for a shorter length. Received: "
+                f"{self._names()}, center=True, length={self.length}, "
+                f"frames={frames}"
             )
+        self._checked_frames.add(frames)
 
     def _default_length(self, frames):
         if frames is None:
@@ -573,6 +618,12 @@ class ComplexISTFT(_STFTBase):
                 "ComplexISTFT takes float spectra, stacked [Re | Im]. "
                 f"Received: inputs.dtype={dtype}"
             )
+        if inputs.shape[1] is not None:
+            # Known here only (a model built on `(None, 2F)` frames, run).
+            self._check_edges(inputs.shape[1])
+            if inputs.shape[0] == 0:  # an empty batch (the FFTs fail)
+                shape = self.compute_output_shape(inputs.shape)
+                return ops.zeros(shape, self.compute_dtype)
         x = ops.cast(inputs, "float32")  # (B, T, 2F)
         window = ops.convert_to_tensor(self._window, "float32")
         if self._use_fft():
