@@ -39,6 +39,7 @@ interpreter, its change against Keras, and the latency of one sample.
 import argparse
 import json
 import os
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -422,7 +423,10 @@ def main(argv=None):
         epochs=args.epochs,
         batch_size=args.batch_size,
         callbacks=callbacks,
-        verbose=2 if args.smoke else "auto",
+        # The progress bar on a terminal; one line per epoch into a log
+        # (a redirected stdout), where the bar's redraws are thousands of
+        # control characters an epoch.
+        verbose="auto" if sys.stdout.isatty() and not args.smoke else 2,
     ).history
     _, ap = model.evaluate(x_test, y_test, verbose=0)
     print(

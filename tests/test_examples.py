@@ -366,6 +366,41 @@ def test_modulation():
     assert set(results) == {"complex", "real"}
 
 
+def test_examples_log_one_line_per_epoch_when_redirected():
+    """Every `fit`, `evaluate` and `predict` in the examples passes
+    `verbose`: 0, 2, or an expression that asks `sys.stdout.isatty()`
+    (Keras' default, "auto", draws a progress bar, thousands of control
+    characters an epoch in a redirected log)."""
+    import ast
+    import glob
+
+    bad = []
+    for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.py"))):
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("fit", "evaluate", "predict")
+            ):
+                continue
+            where = f"{os.path.basename(path)}:{node.lineno}"
+            given = [k.value for k in node.keywords if k.arg == "verbose"]
+            if not given:
+                bad.append(f"{where} (no verbose)")
+                continue
+            (value,) = given
+            quiet = isinstance(value, ast.Constant) and value.value in (0, 2)
+            asks = any(
+                isinstance(n, ast.Attribute) and n.attr == "isatty"
+                for n in ast.walk(value)
+            )
+            if not (quiet or asks):
+                bad.append(f"{where} (verbose={ast.unparse(value)})")
+    assert not bad, bad
+
+
 def _transcribe():
     return runpy.run_path(os.path.join(EXAMPLES, "transcribe.py"))
 
