@@ -82,6 +82,8 @@ from cvattn_keras._score_corpus import _sha256
 from cvattn_keras._soundfont import _SoundFont
 
 DEFAULT_MINUTES = {"train": 30.0, "validation": 5.0, "test": 10.0}
+# The slowest tempo served, in quarter notes per minute.
+_MIN_TEMPO = 1.0
 # General MIDI programs a part is played with (keyboards and strings).
 PROGRAMS = {
     0: "Acoustic Grand Piano",
@@ -175,6 +177,8 @@ def _render(notes, soundfont, rng, settings, clips):
     keep = (pitch >= low) & (pitch < low + settings["notes"]) & (start < length)
     audio = np.zeros(length)
     for i in np.flatnonzero(keep):
+        # Rendered up to the end of the clips only (a note held past
+        # them is cut, not rendered whole and then cut).
         wave = soundfont.note(
             int(programs[part[i]]),
             int(pitch[i]),
@@ -182,7 +186,8 @@ def _render(notes, soundfont, rng, settings, clips):
             (stop[i] - start[i]) / rate,
             rate,
             detune[part[i]],
-        )[: length - start[i]]
+            max_samples=int(length - start[i]),
+        )
         audio[start[i] : start[i] + wave.size] += wave
     wet = np.fft.irfft(
         np.fft.rfft(audio, length + room.size)
@@ -365,11 +370,13 @@ def score_music(
             `ComplexSTFT(2048, 512, bins=(0, 640))` (for 16 kHz).
         lowest_note: MIDI number of note 0 (default 21, A0).
         notes: the number of notes labelled (default 88, A0 to C8).
-        clip_seconds: seconds per clip, finite, > 0.
+        clip_seconds: seconds per clip, finite: at least one sample
+            (`1 / sample_rate`), at most the longest work of the split at
+            the slowest `tempo` (and `max_work_seconds`).
         snr_db: the noise's SNR in dB: a number, or a `(low, high)` range
             drawn per work.
         tempo: quarter notes per minute, a number or a `(low, high)` range
-            drawn per work, > 0.
+            drawn per work, >= 1.
         max_work_seconds: seconds taken from each work at most (at least
             `clip_seconds`); `None`: whole works.
         detune_cents: the largest detuning of a part, finite, >= 0.
@@ -393,8 +400,23 @@ def score_music(
 
     _check_arguments(split, minutes, sample_rate, seed, lowest_note, notes)
     clip_seconds = check.greater_than(clip_seconds, "clip_seconds")
+    if clip_seconds * sample_rate < 1:
+        raise ValueError(
+            "`clip_seconds` must hold at least one sample: clip_seconds >= "
+            f"1 / sample_rate = {1 / sample_rate:g} s. Received: "
+            f"clip_seconds={clip_seconds!r}, sample_rate={sample_rate}"
+        )
     snr_db = _pair(snr_db, "snr_db")
     tempo = _pair(tempo, "tempo", low=0.0)
+    if tempo[0] < _MIN_TEMPO:
+        # Slower, a quarter note outlasts a minute and sample positions
+        # outgrow int64 (1e-9 asked for PiB when notes were rendered
+        # whole): nothing a clip could use.
+        raise ValueError(
+            f"`tempo` must be at least {_MIN_TEMPO:g} quarter note per "
+            "minute (a number, or both ends of a (low, high) range). "
+            f"Received: tempo={tempo if tempo[0] < tempo[1] else tempo[0]!r}"
+        )
     if max_work_seconds is not None and not (
         check._is_real(max_work_seconds) and max_work_seconds >= clip_seconds
     ):
@@ -414,13 +436,31 @@ def score_music(
             )
     stft = default_stft() if stft is None else as_stft(stft)
     clip_samples = int(round(clip_seconds * sample_rate))
+    works = {work["work"]: work for work in _manifest()["works"]}
+    # The seconds each work of the split gives at most, at the slowest
+    # tempo (the manifest has each work's length in quarter notes):
+    # what a clip and `minutes` can ask, refused before any parsing.
+    longest = []
+    for work in works.values():
+        if work["split"] == split:
+            seconds = work["quarters"] * 60.0 / tempo[0]
+            if max_work_seconds is not None:
+                seconds = min(seconds, max_work_seconds)
+            longest.append(seconds)
+    if clip_samples > int(max(longest) * sample_rate):
+        raise ValueError(
+            f"`clip_seconds` must be at most {max(longest):g} s, the "
+            f"longest work of the {split!r} split at the slowest `tempo` "
+            f"({tempo[0]:g}). Received: clip_seconds={clip_seconds!r}"
+        )
     centres = _frame_centres(stft, clip_samples, clip_seconds)
     cache = _cache_root(cache_dir)
     music21, pretty_midi = _dependencies()
     root = _corpus_root(music21)
     if minutes is None:
         minutes = DEFAULT_MINUTES[split]
-    clips = max(1, int(round(minutes * 60.0 / clip_seconds)))
+    # (At most 2**62 clips, however large `minutes` is: refused below.)
+    clips = max(1, int(round(min(minutes * 60.0 / clip_seconds, 2.0**62))))
     settings = {
         "format": FORMAT_VERSION,
         "split": split,
@@ -446,16 +486,9 @@ def score_music(
     ).hexdigest()
     path = os.path.join(cache, f"{split}-{key[:24]}.npz")
     arrays = _read_cache(path)
-    works = {work["work"]: work for work in _manifest()["works"]}
-    # At most this many clips, at the slowest tempo (the manifest has each
-    # work's length in quarter notes): refused before any parsing.
-    most = 0
-    for work in works.values():
-        if work["split"] == split:
-            seconds = work["quarters"] * 60.0 / tempo[0]
-            if max_work_seconds is not None:
-                seconds = min(seconds, max_work_seconds)
-            most += int(seconds * sample_rate) // clip_samples
+    most = sum(
+        int(seconds * sample_rate) // clip_samples for seconds in longest
+    )
     if clips > most:
         raise ValueError(
             f"`minutes` asks for {clips} clips of {clip_seconds:g} s; the "

@@ -74,7 +74,10 @@ class _SoundFont:
     attack, hold, decay to sustain, and the release after `seconds`,
     rendered for at most 1.5 s) and the attenuation; velocity scales the
     amplitude by `(velocity / 127) ** 2` (SF2's default velocity curve,
-    about). A key no zone covers is played by the nearest zone.
+    about). A key no zone covers is played by the nearest zone. With
+    `max_samples`, only the first `max_samples` samples are rendered (the
+    same samples: a note held past a clip's end costs no more than the
+    clip).
     """
 
     def __init__(self, path):
@@ -156,7 +159,16 @@ class _SoundFont:
         best = min(near)[0]
         return [pair for d, _, pair in near if d == best]
 
-    def note(self, program, key, velocity, seconds, sample_rate, cents=0.0):
+    def note(
+        self,
+        program,
+        key,
+        velocity,
+        seconds,
+        sample_rate,
+        cents=0.0,
+        max_samples=None,
+    ):
         parts = []
         for zone, preset in self._zones(program, key, velocity):
 
@@ -167,7 +179,9 @@ class _SoundFont:
                 return value
 
             parts.append(
-                self._play(gen, key, velocity, seconds, sample_rate, cents)
+                self._play(
+                    gen, key, velocity, seconds, sample_rate, cents, max_samples
+                )
             )
         if not parts:
             return np.zeros(0)
@@ -177,7 +191,9 @@ class _SoundFont:
             out[: p.size] += p
         return out
 
-    def _play(self, gen, key, velocity, seconds, sample_rate, cents):
+    def _play(
+        self, gen, key, velocity, seconds, sample_rate, cents, max_samples
+    ):
         name, start, end, loop_start, loop_end, rate, root, correction = (
             self.headers[gen(_SAMPLE_ID)][:8]
         )
@@ -210,7 +226,12 @@ class _SoundFont:
         release = min(timecents(_RELEASE), _MAX_RELEASE)
         sustain_db = min(max(gen(_SUSTAIN), 0), 1440) / 10.0
         held = max(seconds, 0.0)
-        total = int(np.ceil((held + release) * sample_rate))
+        total = (held + release) * sample_rate
+        # The first `max_samples` only: each sample depends on its time
+        # and the note's, not on how many follow.
+        if max_samples is not None:
+            total = min(total, max_samples)
+        total = int(np.ceil(total))
         t = np.arange(total) / sample_rate
         # Attenuation in dB over time: attack as a linear amplitude ramp,
         # hold, then the decay at 100 dB per `decay` seconds down to the

@@ -210,12 +210,61 @@ def test_tampered_corpus_file_is_refused(monkeypatch, tmp_path):
         ({"jitter_seconds": float("inf")}, "jitter_seconds"),
         ({"cache_dir": 3}, "cache_dir"),
         ({"minutes": 1e6, "clip_seconds": 4.0}, "minutes"),
+        ({"minutes": 1e308}, "minutes"),
+        # Issue 31: a 0-sample clip (ZeroDivisionError), a tempo that asked
+        # NumPy for 3.4 PiB (MemoryError), a clip longer than any work.
+        ({"clip_seconds": 1e-6}, "clip_seconds"),
+        ({"tempo": 1e-9}, "tempo"),
+        ({"tempo": (1e-9, 100)}, "tempo"),
+        ({"tempo": 0.5}, "tempo"),
+        ({"clip_seconds": 1e6, "max_work_seconds": None}, "clip_seconds"),
     ],
 )
 def test_bad_arguments(kwargs, name, tmp_path):
     kwargs = {"split": "validation", "cache_dir": str(tmp_path), **kwargs}
     with pytest.raises(ValueError, match=f"`{name}`"):
         datasets.score_music(**kwargs)
+
+
+def test_range_that_can_be_served_is_named(tmp_path):
+    kwargs = {"split": "validation", "cache_dir": str(tmp_path)}
+    with pytest.raises(ValueError, match=r">= 1 / sample_rate = 6.25e-05 s"):
+        datasets.score_music(clip_seconds=1e-6, **kwargs)
+    with pytest.raises(ValueError, match="at least 1 quarter note per"):
+        datasets.score_music(tempo=1e-9, **kwargs)
+    with pytest.raises(ValueError, match=r"at most [0-9.]+ s, the longest"):
+        datasets.score_music(clip_seconds=1e6, max_work_seconds=None, **kwargs)
+
+
+def test_no_note_is_rendered_past_its_clip(monkeypatch, tmp_path):
+    """At 1 quarter note per minute a note holds for minutes: each is
+    rendered up to the end of the clips only (two of 2 s here), the
+    same samples as a whole render cut."""
+    sizes = []
+    note = _score_music._SoundFont.note
+
+    def recorded(self, *args, **kwargs):
+        wave = note(self, *args, **kwargs)
+        sizes.append(wave.size)
+        return wave
+
+    monkeypatch.setattr(_score_music._SoundFont, "note", recorded)
+    data = datasets.score_music(
+        "validation",
+        minutes=0.05,
+        clip_seconds=2.0,
+        tempo=1,
+        cache_dir=str(tmp_path),
+    )
+    assert data.audio.shape == (2, 32000) and np.abs(data.audio).max() > 0
+    assert sizes and max(sizes) <= 64000
+    monkeypatch.undo()
+    soundfont = _score_music._SoundFont(
+        _score_music._soundfont_path(pytest.importorskip("pretty_midi"))
+    )
+    whole = soundfont.note(40, 60, 100, 3.0, 16000)
+    cut = soundfont.note(40, 60, 100, 3.0, 16000, max_samples=1000)
+    np.testing.assert_array_equal(cut, whole[:1000])
 
 
 def test_missing_extra_names_it(monkeypatch, tmp_path):
