@@ -8,6 +8,7 @@ other backends) and shared through module-scoped fixtures. Float32 files
 match Keras within 1e-5 absolute, the bound of tests/test_export.py.
 """
 
+import dataclasses
 import os
 
 import keras
@@ -544,3 +545,272 @@ def test_command_line_rejects_non_positive_numbers(
     )
     _assert_one_line_error(code, err, flag, value)
     assert code == 2
+
+
+# ----------------------------------------------------------------------
+# Issue 31, item 7: non-finite calibration data is refused before any
+# conversion, and a converter crash never takes the caller down.
+# ----------------------------------------------------------------------
+
+
+def _no_conversion(monkeypatch):
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("validation must come before conversion")
+
+    monkeypatch.setattr(_conversion, "_convert", no_conversion)
+    monkeypatch.setattr(_conversion, "_convert_in_subprocess", no_conversion)
+
+
+def _with_inf(data):
+    data[2, 1, 3] = np.inf
+    return data, r"1 inf and 0 NaN among the 96 values of input 'x'.*sample 2"
+
+
+def _all_nan(data):
+    data[:] = np.nan
+    return data, r"0 inf and 96 NaN among the 96 values of input 'x'"
+
+
+def _a_callable_with_inf(data):
+    data[3, 0, 0] = -np.inf
+
+    def samples():
+        for i in range(len(data)):
+            yield data[i : i + 1]
+
+    return samples, r"1 inf and 0 NaN.*first in sample 3"
+
+
+@pytest.mark.parametrize("mode", ["int8", "full_int8", "int16x8"])
+@pytest.mark.parametrize("make", [_with_inf, _all_nan, _a_callable_with_inf])
+def test_non_finite_calibration_data_is_refused_before_conversion(
+    tmp_path, monkeypatch, mode, make
+):
+    _no_conversion(monkeypatch)
+    data, match = make(np.ones((8, 3, 4), "float32"))
+    path = tmp_path / "m.tflite"
+    with pytest.raises(ValueError, match="`representative_data` must hold fin"):
+        cvk.export.export_tflite(
+            _small_model(), path, mode, representative_data=data
+        )
+    with pytest.raises(ValueError, match=match):
+        cvk.export.export_tflite(
+            _small_model(), path, mode, representative_data=data
+        )
+    assert not path.exists()
+
+
+def test_only_the_calibration_samples_need_to_be_finite(tmp_path, monkeypatch):
+    """Samples past `num_calibration_samples` are not calibrated on."""
+    converted = []
+
+    def fake_subprocess(model, quantization, arrays, **kwargs):
+        converted.append(arrays)
+        return b"fake"
+
+    monkeypatch.setattr(_conversion, "_convert_in_subprocess", fake_subprocess)
+    data = np.ones((8, 3, 4), "float32")
+    data[6] = np.nan
+    cvk.export.export_tflite(
+        _small_model(),
+        tmp_path / "m.tflite",
+        "int8",
+        representative_data=data,
+        num_calibration_samples=6,
+    )
+    assert converted[0][0].shape == (6, 3, 4)
+
+
+def test_command_line_refuses_non_finite_calibration_data(
+    tmp_path, capfd, monkeypatch
+):
+    _no_conversion(monkeypatch)
+    keras_path = tmp_path / "m.keras"
+    _small_model().save(keras_path)
+    data = np.ones((8, 3, 4), "float32")
+    data[0, 0, 0] = np.inf
+    npz = tmp_path / "data.npz"
+    np.savez(npz, x=data)
+    out = tmp_path / "m.tflite"
+    code, _, err = _run_cli(
+        [keras_path, out, "--quantize", "int8", "--representative-data", npz],
+        capfd,
+    )
+    _assert_one_line_error(
+        code, err, "--representative-data", "data.npz", "must hold finite"
+    )
+    assert code == 2 and not out.exists()
+
+
+# What a caller ran before issue 31: int8 calibration in its own process
+# on finite inputs so large that an attention score overflows; TensorFlow
+# 2.21's quantizer then killed the process with SIGSEGV ('scale out of
+# expressed type range'). Run in a child, so that a regression fails this
+# test instead of crashing the test run.
+_CRASHING_CALIBRATION = """
+import numpy as np, keras
+import cvattn_keras as cvk
+inputs = keras.Input((3, 4), name="x")
+x = cvk.layers.ComplexMultiHeadAttention(1, 2)(inputs, inputs)
+model = keras.Model(inputs, cvk.layers.ComplexDense(2)(x))
+data = np.random.default_rng(0).standard_normal((8, 3, 4))
+data = (data / np.abs(data).max() * 1e20).astype("float32")
+try:
+    cvk.export.export_tflite(
+        model, {path!r}, "int8", representative_data=data
+    )
+except RuntimeError as error:
+    print("raised:", " ".join(str(error).split()))
+"""
+
+
+def test_a_converter_crash_does_not_take_the_caller_down(tmp_path):
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "m.tflite")
+    done = subprocess.run(
+        [sys.executable, "-c", _CRASHING_CALIBRATION.format(path=path)],
+        env=dict(os.environ, KERAS_BACKEND="tensorflow"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "raised: TensorFlow's converter crashed" in done.stdout, done.stdout
+    assert "'int8'" in done.stdout and "representative_data" in done.stdout
+    assert not os.path.exists(path)
+
+
+# ----------------------------------------------------------------------
+# Issue 31, item 8: a mixed-precision model's error names its policy.
+# ----------------------------------------------------------------------
+
+
+def _policy_model(policy):
+    inputs = keras.Input((3, 4), name="x")
+    x = cvk.layers.ComplexDense(2, dtype=policy)(inputs)
+    return keras.Model(inputs, keras.layers.Dense(3)(x))
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_a_mixed_precision_model_names_its_dtype_policy(
+    tmp_path, monkeypatch, capfd, policy
+):
+    _no_conversion(monkeypatch)
+    model = _policy_model(policy)
+    path = tmp_path / "m.tflite"
+    with pytest.raises(ValueError, match=f"dtype policies \\['{policy}'\\]"):
+        cvk.export.export_tflite(model, path)
+    with pytest.raises(ValueError, match=r"set_dtype_policy\('float32'\)"):
+        cvk.export.export_tflite(model, path, "float16")
+    keras_path = tmp_path / "m.keras"
+    model.save(keras_path)
+    code, _, err = _run_cli([keras_path, path], capfd)
+    _assert_one_line_error(code, err, "m.keras", policy, "'float32'")
+    assert code == 2 and not path.exists()
+
+
+# ----------------------------------------------------------------------
+# Issue 31, item 9: the command line checks before converting, and
+# replaces an existing file only by a verified new one.
+# ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".tflite", ".onnx"])
+def test_command_line_checks_verify_inputs_before_converting(
+    tmp_path, capfd, monkeypatch, suffix
+):
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("the checks must come before conversion")
+
+    monkeypatch.setattr(cvk.export, "export_tflite", no_conversion)
+    monkeypatch.setattr(cvk.export, "export_onnx", no_conversion)
+    inputs = keras.Input((None, 4), name="x")
+    keras_path = tmp_path / "m.keras"
+    keras.Model(inputs, cvk.layers.ComplexDense(2)(inputs)).save(keras_path)
+    out = tmp_path / f"m{suffix}"
+    out.write_bytes(b"keep me")
+    code, _, err = _run_cli([keras_path, out, "--verify", "--overwrite"], capfd)
+    _assert_one_line_error(code, err, "--sequence-length", "'x'")
+    assert code == 2 and out.read_bytes() == b"keep me"
+    if suffix == ".tflite":  # a static batch of a variable-length input
+        code, _, err = _run_cli(
+            [keras_path, out, "--overwrite", "--static-batch", "2"], capfd
+        )
+        _assert_one_line_error(code, err, "m.keras", "batch_size=2")
+        assert code == 2 and out.read_bytes() == b"keep me"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Report:
+    """What the command line reads of a verification report."""
+
+    path: str
+    warning: str = None
+
+    def __str__(self):
+        return f"report on {self.path}"
+
+
+@pytest.mark.parametrize(
+    "outcome, exists, code, contents",
+    [
+        ("error", True, 1, b"keep me"),
+        ("error", False, 1, None),
+        ("far above", True, 3, b"keep me"),
+        ("far above", False, 3, b"new"),  # written, but suspect
+        ("within", True, 0, b"new"),
+        ("within", False, 0, b"new"),
+    ],
+)
+def test_command_line_replaces_a_file_only_by_a_verified_one(
+    tmp_path, capfd, monkeypatch, outcome, exists, code, contents
+):
+    exported, verified = [], []
+
+    def fake_export(model, path, **kwargs):
+        exported.append(path)
+        with open(path, "wb") as f:
+            f.write(b"new")
+        return path
+
+    def fake_verify(path, model, inputs, **kwargs):
+        verified.append(path)
+        with open(path, "rb") as f:
+            assert f.read() == b"new"
+        if outcome == "error":
+            raise ValueError("the file does not run")
+        if outcome == "far above":
+            return _Report(path, "max rel error 0.9")
+        return _Report(path)
+
+    monkeypatch.setattr(cvk.export, "export_tflite", fake_export)
+    monkeypatch.setattr(cvk.export, "verify_tflite", fake_verify)
+    keras_path = tmp_path / "m.keras"
+    _small_model().save(keras_path)
+    out = tmp_path / "m.tflite"
+    if exists:
+        out.write_bytes(b"keep me")
+        out.chmod(0o640)
+    status, printed, err = _run_cli(
+        [keras_path, out, "--verify", "--overwrite"], capfd
+    )
+    assert status == code, err
+    # The new file was verified next to OUTPUT, before replacing it.
+    assert exported == verified
+    assert os.path.dirname(exported[0]) == str(tmp_path)
+    assert exported[0] != str(out)
+    assert sorted(os.listdir(tmp_path)) == ["m.keras"] + (
+        ["m.tflite"] if contents else []
+    )
+    if contents is None:
+        assert "was not written" in err
+        return
+    assert out.read_bytes() == contents
+    if exists:
+        assert out.stat().st_mode & 0o777 == 0o640  # its own mode kept
+    if outcome == "far above" and exists:
+        assert "was kept" in err.strip().splitlines()[-1]
+    elif outcome != "error":
+        assert "wrote" in printed and f"report on {out}" in printed

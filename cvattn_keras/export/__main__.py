@@ -54,7 +54,12 @@ and dtypes: standard normal floats, bools (True with probability 0.8),
 integers in `[0, n)` where `n` is the smallest `input_dim` of the model's
 layers (2 if none has one). An error beyond the mode's usual one
 (`cvattn_keras.export.EXPECTED_MAX_REL_ERROR`, or `--max-rel-error`) is a
-warning line and exit status 3.
+warning line and exit status 3. With `--verify` the new file is written
+next to OUT (`.OUT.XXXXXXXX.partial.tflite`) and verified there, then
+renamed over OUT: a verification that fails leaves OUT as it was (exit
+status 1), and a file whose error is far above the usual one is written
+where OUT did not exist but does not replace an existing OUT (exit
+status 3 either way).
 
 Exit status: 0 written (and verified); 1 the export itself failed (an op
 without a builtin or integer kernel, a converter failure); 2 bad arguments
@@ -62,13 +67,18 @@ or files, before any conversion where they can be checked then (an
 unknown option, a missing, unreadable or non-`.keras` MODEL, a directory,
 a missing parent directory or an existing file as OUT, a missing or
 unreadable `--representative-data` file or arrays that do not fit the
-model, a calibrated mode without `--representative-data`); 3 written, but
-`--verify` measured an error far above the mode's usual one. Every error
+model or hold inf or NaN in the calibration samples, a calibrated mode
+without `--representative-data`, a MODEL built under a mixed-precision
+dtype policy or that cannot take `--static-batch` / `--static-length`, a
+variable-length MODEL without `--sequence-length` for random inputs); 3
+`--verify` measured an error far above the mode's usual one (a new OUT
+written, an existing one kept). Every error
 is one line, `error: ...` (argparse's own, for bad options, follow its
 usage line), with no traceback.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -83,9 +93,13 @@ import numpy as np  # noqa: E402
 
 from cvattn_keras import _validation as check  # noqa: E402
 from cvattn_keras import export  # noqa: E402
+from cvattn_keras.export import _conversion  # noqa: E402
 from cvattn_keras.export import _files  # noqa: E402
+from cvattn_keras.export import onnx as _onnx  # noqa: E402
 from cvattn_keras.export._arguments import _as_input_list  # noqa: E402
 from cvattn_keras.export._arguments import _input_names  # noqa: E402
+from cvattn_keras.export._arguments import _static_shapes  # noqa: E402
+from cvattn_keras.export._calibration import _check_finite  # noqa: E402
 from cvattn_keras.export._modes import _CALIBRATED  # noqa: E402
 
 # `--representative-data random`: calibrate on random inputs, by name.
@@ -514,6 +528,8 @@ def _run(args, argv):
     model = _load_model(args)
     if args.format == "onnx":
         return _run_onnx(args, model)
+    # Everything the model and the arguments decide, before conversion.
+    _check_model_fits(args, model, _conversion._check_float32_policy)
     representative = None
     if args.representative_data == RANDOM:
         representative = random_inputs(
@@ -521,79 +537,171 @@ def _run(args, argv):
         )
     elif args.representative_data:
         representative = _load_npz(args.representative_data, model)
+        try:
+            _check_finite(
+                model,
+                [array[: args.calibration_samples] for array in representative],
+            )
+        except ValueError as error:
+            raise _CommandError(
+                f"--representative-data {args.representative_data!r}: "
+                f"{_one_line(error)}"
+            ) from None
+    inputs = None
+    if args.verify:
+        inputs = _verification_inputs(args, model, representative)
+    target = _target(args, ".tflite")
     try:
-        path = export.export_tflite(
+        try:
+            export.export_tflite(
+                model,
+                target,
+                quantization=args.quantize,
+                representative_data=representative,
+                num_calibration_samples=args.calibration_samples,
+                overwrite=args.overwrite or target != args.output,
+                batch_size=args.static_batch,
+                sequence_length=args.static_length,
+                weights_once=_WEIGHTS_ONCE[args.weights],
+            )
+        except export.FloatFallbackError as error:
+            _record(
+                args,
+                {
+                    "kind": "float_fallback",
+                    "ops": error.ops,
+                    "layers": error.layers,
+                    "details": error.details,
+                    "quantization": error.quantization,
+                },
+            )
+            print(f"error: {_one_line(error)}", file=sys.stderr)
+            return 1
+        except export.UnsupportedOpsError as error:
+            _record(
+                args,
+                {
+                    "kind": "unsupported",
+                    "ops": error.ops,
+                    "layers": error.layers,
+                    "details": error.details,
+                },
+            )
+            print(f"error: {_one_line(error)}", file=sys.stderr)
+            return 1
+        except OSError as error:
+            # A file error after the checks above: writing OUTPUT (the
+            # disk full, a directory removed meanwhile) or the converter's
+            # own temporary files.
+            raise _CommandError(
+                f"a file-system error while exporting to OUTPUT "
+                f"{args.output!r} (it was not written): {_one_line(error)}"
+            ) from None
+        except ValueError as error:
+            _record(args, {"kind": "value", "message": str(error)})
+            print(f"error: {_one_line(error)}", file=sys.stderr)
+            return 1
+        except Exception as error:  # anything else: one line, no traceback
+            message = (
+                f"export failed: {type(error).__name__}: {_one_line(error)}"
+            )
+            _record(args, {"kind": "other", "message": message})
+            print(f"error: {message}", file=sys.stderr)
+            return 1
+        static = (
+            f", static batch {args.static_batch}" if args.static_batch else ""
+        )
+        calibration = ""
+        if args.representative_data == RANDOM:
+            calibration = ", calibrated on random inputs"
+        described = (
+            f"quantization: {args.quantize or 'none (float32)'}{static}"
+            f"{calibration}"
+        )
+        return _verify_and_commit(
+            args,
             model,
-            args.output,
-            quantization=args.quantize,
-            representative_data=representative,
-            num_calibration_samples=args.calibration_samples,
-            overwrite=args.overwrite,
-            batch_size=args.static_batch,
-            sequence_length=args.static_length,
-            weights_once=_WEIGHTS_ONCE[args.weights],
+            inputs,
+            target,
+            export.verify_tflite,
+            described,
+            (ValueError,),
         )
-    except export.FloatFallbackError as error:
-        _record(
-            args,
-            {
-                "kind": "float_fallback",
-                "ops": error.ops,
-                "layers": error.layers,
-                "details": error.details,
-                "quantization": error.quantization,
-            },
-        )
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return 1
-    except export.UnsupportedOpsError as error:
-        _record(
-            args,
-            {
-                "kind": "unsupported",
-                "ops": error.ops,
-                "layers": error.layers,
-                "details": error.details,
-            },
-        )
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return 1
-    except OSError as error:
-        # A file error after the checks above: writing OUTPUT (the disk
-        # full, a directory removed meanwhile) or the converter's own
-        # temporary files.
-        raise _CommandError(
-            f"a file-system error while exporting to OUTPUT "
-            f"{args.output!r} (it was not written): {_one_line(error)}"
-        ) from None
+    finally:
+        _remove_temporary(args, target)
+
+
+def _check_model_fits(args, model, check_policy, static_shapes=True):
+    """The checks of the loaded model against the arguments, before any
+    conversion: its dtype policy (`check_policy`, the exporter's own) and
+    the static shapes asked for (TFLite's: every dimension static)."""
+    try:
+        check_policy(model)
+        if static_shapes:
+            _static_shapes(model, args.static_batch, args.static_length)
     except ValueError as error:
-        _record(args, {"kind": "value", "message": str(error)})
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return 1
-    except Exception as error:  # anything else: one line, no traceback
-        message = f"export failed: {type(error).__name__}: {_one_line(error)}"
-        _record(args, {"kind": "other", "message": message})
-        print(f"error: {message}", file=sys.stderr)
-        return 1
-    static = f", static batch {args.static_batch}" if args.static_batch else ""
-    calibration = ""
-    if args.representative_data == RANDOM:
-        calibration = ", calibrated on random inputs"
-    print(
-        f"wrote {path} ({os.path.getsize(path) / 1024:.1f} KiB, "
-        f"quantization: {args.quantize or 'none (float32)'}{static}"
-        f"{calibration})"
-    )
+        raise _CommandError(
+            f"MODEL {args.model!r}: {_one_line(error)}"
+        ) from None
+
+
+def _target(args, suffix):
+    """The path to export to: OUTPUT, or with `--verify` a new temporary
+    file next to it (`.NAME.XXXXXXXX.partial` + `suffix`), which replaces
+    OUTPUT only once verified (`_verify_and_commit`)."""
+    if not args.verify:
+        return args.output
+    try:
+        return _files.reserve_temporary(args.output, suffix)
+    except OSError as error:
+        raise _CommandError(
+            f"cannot write next to OUTPUT {args.output!r} (it was not "
+            f"written): {_one_line(error)}"
+        ) from None
+
+
+def _remove_temporary(args, target):
+    if target != args.output and os.path.lexists(target):
+        os.remove(target)
+
+
+def _verify_and_commit(args, model, inputs, target, verify, described, errors):
+    """Prints what was written and, with `--verify`, verifies the new file
+    `target` and renames it over OUTPUT: a new OUTPUT is written even if
+    its error is far above the usual one (exit status 3), an existing one
+    is replaced only by a file within it (else kept, exit status 3)."""
+    if target != args.output:
+        try:
+            report = verify(
+                target, model, inputs, expected_max_rel_error=args.max_rel_error
+            )
+        except errors as error:
+            print(
+                f"error: {_one_line(error)} (OUTPUT {args.output!r} was not "
+                "written)",
+                file=sys.stderr,
+            )
+            return 1
+        report = dataclasses.replace(report, path=args.output)
+        if report.warning is not None and os.path.exists(args.output):
+            print(report)
+            print(
+                f"warning: {report.warning} OUTPUT {args.output!r} was kept "
+                "and the new file not written (--max-rel-error REL accepts "
+                "a larger error)",
+                file=sys.stderr,
+            )
+            return 3
+        try:
+            _files.replace_with(target, args.output, args.overwrite)
+        except OSError as error:
+            raise _CommandError(
+                f"cannot write OUTPUT {args.output!r}: {_one_line(error)}"
+            ) from None
+    size = os.path.getsize(args.output) / 1024
+    print(f"wrote {args.output} ({size:.1f} KiB, {described})")
     if not args.verify:
         return 0
-    inputs = _verification_inputs(args, model, representative)
-    try:
-        report = export.verify_tflite(
-            path, model, inputs, expected_max_rel_error=args.max_rel_error
-        )
-    except ValueError as error:
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return 1
     print(report)
     if report.warning is not None:
         print(f"warning: {report.warning}", file=sys.stderr)
@@ -603,69 +711,69 @@ def _run(args, argv):
 
 def _run_onnx(args, model):
     """Exports (and with `--verify` checks) an ONNX file; the exit status."""
-    try:
-        path = export.export_onnx(
-            model,
-            args.output,
-            quantization=args.quantize,
-            opset=args.opset,
-            dynamic_batch=args.static_batch is None,
-            overwrite=args.overwrite,
-            weights_once=_WEIGHTS_ONCE[args.weights],
+    _check_model_fits(args, model, _onnx._check_float32, False)
+    inputs = None
+    if args.verify:
+        inputs = random_inputs(
+            model, args.batch_size, args.sequence_length, args.seed + 1
         )
-    except export.ONNXUnsupportedOpsError as error:
-        _record(
+    target = _target(args, ".onnx")
+    try:
+        try:
+            export.export_onnx(
+                model,
+                target,
+                quantization=args.quantize,
+                opset=args.opset,
+                dynamic_batch=args.static_batch is None,
+                overwrite=args.overwrite or target != args.output,
+                weights_once=_WEIGHTS_ONCE[args.weights],
+            )
+        except export.ONNXUnsupportedOpsError as error:
+            _record(
+                args,
+                {
+                    "kind": "onnx_unsupported",
+                    "ops": error.ops,
+                    "layers": error.layers,
+                    "details": error.details,
+                    "involves_complex": error.involves_complex,
+                },
+            )
+            print(f"error: {_one_line(error)}", file=sys.stderr)
+            return 1
+        except ImportError as error:
+            _record(args, {"kind": "import", "message": str(error)})
+            print(f"error: {_one_line(error)}", file=sys.stderr)
+            return 1
+        except OSError as error:
+            raise _CommandError(
+                f"a file-system error while exporting to OUTPUT "
+                f"{args.output!r} (it was not written): {_one_line(error)}"
+            ) from None
+        except ValueError as error:
+            _record(args, {"kind": "value", "message": str(error)})
+            print(f"error: {_one_line(error)}", file=sys.stderr)
+            return 1
+        except Exception as error:  # anything else: one line, no traceback
+            message = (
+                f"export failed: {type(error).__name__}: {_one_line(error)}"
+            )
+            _record(args, {"kind": "other", "message": message})
+            print(f"error: {message}", file=sys.stderr)
+            return 1
+        static = ", static batch 1" if args.static_batch else ""
+        return _verify_and_commit(
             args,
-            {
-                "kind": "onnx_unsupported",
-                "ops": error.ops,
-                "layers": error.layers,
-                "details": error.details,
-                "involves_complex": error.involves_complex,
-            },
+            model,
+            inputs,
+            target,
+            export.verify_onnx,
+            f"weights: {args.quantize or 'float32'}{static}",
+            (ImportError, ValueError),
         )
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return 1
-    except ImportError as error:
-        _record(args, {"kind": "import", "message": str(error)})
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return 1
-    except OSError as error:
-        raise _CommandError(
-            f"a file-system error while exporting to OUTPUT "
-            f"{args.output!r} (it was not written): {_one_line(error)}"
-        ) from None
-    except ValueError as error:
-        _record(args, {"kind": "value", "message": str(error)})
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return 1
-    except Exception as error:  # anything else: one line, no traceback
-        message = f"export failed: {type(error).__name__}: {_one_line(error)}"
-        _record(args, {"kind": "other", "message": message})
-        print(f"error: {message}", file=sys.stderr)
-        return 1
-    static = ", static batch 1" if args.static_batch else ""
-    print(
-        f"wrote {path} ({os.path.getsize(path) / 1024:.1f} KiB, weights: "
-        f"{args.quantize or 'float32'}{static})"
-    )
-    if not args.verify:
-        return 0
-    inputs = random_inputs(
-        model, args.batch_size, args.sequence_length, args.seed + 1
-    )
-    try:
-        report = export.verify_onnx(
-            path, model, inputs, expected_max_rel_error=args.max_rel_error
-        )
-    except (ImportError, ValueError) as error:
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return 1
-    print(report)
-    if report.warning is not None:
-        print(f"warning: {report.warning}", file=sys.stderr)
-        return 3
-    return 0
+    finally:
+        _remove_temporary(args, target)
 
 
 if __name__ == "__main__":

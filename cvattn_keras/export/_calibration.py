@@ -13,13 +13,41 @@ from cvattn_keras.export._arguments import _input_names
 from cvattn_keras.export._arguments import _per_input
 
 
+def _check_finite(model, arrays):
+    """Raises a `ValueError` naming `representative_data` unless every
+    float value of `arrays` (one per model input, in its dtype) is finite:
+    TensorFlow's calibration takes each tensor's range from them, and on
+    an inf its converter crashes the process ('scale out of expressed
+    type range'), on NaN it writes a file that is far off on clean data."""
+    for name, array in zip(_input_names(model), arrays):
+        if array.dtype.kind not in "fc":
+            continue  # bool and integer inputs: always finite
+        finite = np.isfinite(array)
+        if finite.all():
+            continue
+        nan = int(np.count_nonzero(np.isnan(array)))
+        inf = int(array.size - np.count_nonzero(finite)) - nan
+        sample = int(np.argwhere(~finite)[0][0])
+        raise ValueError(
+            "`representative_data` must hold finite values: calibration "
+            "sets each tensor's integer range from them, and on inf or NaN "
+            "TensorFlow's converter crashes or writes a file that is far "
+            f"off. Received: {inf} inf and {nan} NaN among the "
+            f"{array.size} values of input {name!r} in the "
+            f"{len(array)} calibration sample(s), the first in sample "
+            f"{sample} (in the input's dtype, {array.dtype})."
+        )
+
+
 def _calibration_arrays(model, data, num_samples):
     """The first `num_samples` samples of `representative_data`, one array
-    per model input; a callable is drawn from until it stops or
-    `num_samples` samples are taken."""
+    per model input, checked to be finite; a callable is drawn from until
+    it stops or `num_samples` samples are taken."""
     if not callable(data):
         arrays = _as_input_list(model, data, "representative_data")
-        return [array[:num_samples] for array in arrays]
+        arrays = [array[:num_samples] for array in arrays]
+        _check_finite(model, arrays)
+        return arrays
     names = _input_names(model)
     columns = [[] for _ in names]
     for sample in data():
@@ -40,15 +68,29 @@ def _calibration_arrays(model, data, num_samples):
             "`representative_data` yielded no samples; int8 calibration "
             "needs at least one. Received: an empty iterable."
         )
+    for name, column in zip(names, columns):
+        shapes = sorted({array.shape[1:] for array in column})
+        if len(shapes) > 1 or any(array.ndim == 0 for array in column):
+            raise ValueError(
+                "`representative_data` must yield samples of one shape "
+                "per input (they are calibrated on as one array, in a "
+                "TensorFlow subprocess): give variable-length inputs as "
+                "samples of one typical length. Received: input "
+                f"{name!r} in shapes {sorted({a.shape for a in column})}."
+            )
     arrays = [np.concatenate(column, axis=0) for column in columns]
-    return _as_input_list(model, arrays, "representative_data")
+    arrays = _as_input_list(model, arrays, "representative_data")
+    _check_finite(model, arrays)
+    return arrays
 
 
-def _check_calibration_data(model, data):
+def _check_calibration_data(model, data, num_samples):
     """Raises unless `representative_data` holds at least one sample (a
-    callable is asked for a fresh iterable and its first sample)."""
+    callable is asked for a fresh iterable and its first sample), and,
+    for arrays, unless the `num_samples` first ones are finite."""
     if not callable(data):
-        _as_input_list(model, data, "representative_data")
+        arrays = _as_input_list(model, data, "representative_data")
+        _check_finite(model, [array[:num_samples] for array in arrays])
         return
     if next(iter(data()), None) is None:
         raise ValueError(

@@ -96,6 +96,29 @@ def _raise_unsupported(error, model):
     ) from None
 
 
+def _check_float32_policy(model):
+    """Raises a `ValueError` naming the dtype policies of a model built
+    under mixed or half precision: the file would compute in float16 or
+    bfloat16, which TFLite's builtin kernels lack (the converter's error
+    then blames ordinary ops, MatMul or AddV2, as if unsupported)."""
+    policies = {model.dtype_policy.name}
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        policies.add(layer.dtype_policy.name)
+    others = sorted(policies - {"float32"})
+    if others:
+        raise ValueError(
+            "export_tflite converts float32 models (float16 weights: "
+            "quantization='float16'; integer kernels: the int8 modes), but "
+            "the model has layers with dtype policies "
+            f"{others}, which put float16 or bfloat16 tensors in the graph "
+            "and have no TFLite builtin kernels. Rebuild the model under "
+            "the 'float32' policy (keras.config.set_dtype_policy('float32')"
+            ") and copy the weights (model.set_weights(trained.get_weights"
+            "())): they are float32 under mixed precision. Received: a "
+            f"model {model.name!r} with dtype policies {sorted(policies)}."
+        )
+
+
 def _write(path, flatbuffer, overwrite):
     """Writes the file whole or not at all, as `open(path, "wb")` would
     (the umask's mode for a new file, an existing file's mode kept, a
@@ -127,13 +150,19 @@ def export_tflite(
     tensor in the data's range, as quantization needs.
 
     Conversion needs TensorFlow. Under another Keras backend, and for the
-    full-integer modes under every backend, the model is saved to a
-    temporary `.keras` file and converted by `python -m cvattn_keras.export`
-    under `KERAS_BACKEND=tensorflow` in a subprocess (stopped after
-    `SUBPROCESS_TIMEOUT` seconds): the model must then be serializable
-    (`model.save` works) and its custom layers registered in an importable
-    module. (TensorFlow 2.21's full-integer quantizer can crash its process
-    on some graphs; in a subprocess that is an error, not a crash.)
+    calibrated modes (`int8`, `full_int8`, `int16x8`) under every backend,
+    the model is saved to a temporary `.keras` file and converted by
+    `python -m cvattn_keras.export` under `KERAS_BACKEND=tensorflow` in a
+    subprocess (stopped after `SUBPROCESS_TIMEOUT` seconds): the model
+    must then be serializable (`model.save` works) and its custom layers
+    registered in an importable module. (TensorFlow 2.21's calibration
+    crashes its process on a tensor whose range it cannot quantize: an
+    activation that overflows on finite inputs too large for the model,
+    or an empty range; in a subprocess that is an error, not a crash.)
+
+    A model built under a mixed or half-precision dtype policy
+    (`mixed_float16`, `mixed_bfloat16`) is refused: rebuild it under
+    `float32` and copy its weights (float32 under mixed precision).
 
     The file is written as `open(path, "wb")` would write it, but whole
     or not at all (through a temporary file next to it, renamed over
@@ -175,9 +204,11 @@ def export_tflite(
             list of arrays (one per model input, in order) or a dict keyed
             by input name, samples on the first axis, each input in its
             own dtype (bool masks as bool); or a callable returning a fresh
-            iterable of per-sample inputs on each call, as TFLite's
-            converter takes (it is called once more, to check that it
-            yields a sample). It must hold at least one sample. With
+            iterable of per-sample inputs, as TFLite's converter takes
+            (drawn from before conversion, up to `num_calibration_samples`
+            samples, which must share their shapes). It must hold at least
+            one sample, and its calibration samples only finite values
+            (inf or NaN is a `ValueError` before conversion). With
             `batch_size`, the converter draws batches of `batch_size`
             samples (the last one completed with the first samples).
             Give typical inputs: int8 ranges calibrated on random ones fit
@@ -220,10 +251,11 @@ def export_tflite(
         ValueError: bad arguments (`path` a directory or in a missing
             directory, an existing file with `overwrite=False` (then a
             `FileExistsError` too; the path errors are `OSError`s too), no
-            or empty calibration data for a
-            calibrated mode, a non-positive `batch_size` or
-            `sequence_length`, a `sequence_length` the model cannot take),
-            or no TensorFlow to convert with.
+            or empty calibration data for a calibrated mode, or calibration
+            data with inf or NaN, a non-positive `batch_size` or
+            `sequence_length`, a `sequence_length` the model cannot take,
+            a model under a mixed or half-precision dtype policy), or no
+            TensorFlow to convert with.
         UnsupportedOpsError: the model needs an op with no builtin kernel;
             the error names the op and the layer.
         FloatFallbackError: (an `UnsupportedOpsError`) a full-integer mode
@@ -256,11 +288,17 @@ def export_tflite(
     if weights_once is None:
         weights_once = quantization not in _CALIBRATED
     _check_model(model)
+    _check_float32_policy(model)
     shapes = _static_shapes(model, batch_size, sequence_length)
     static_batch = None if shapes is None or batch_size is None else batch_size
     in_child = os.environ.get(_CHILD_ENV) == "1"
+    # The calibrated modes convert in a subprocess under every backend:
+    # TensorFlow 2.21's calibration crashes its process (SIGSEGV, 'scale
+    # out of expressed type range') on an activation whose range
+    # overflows, which finite data can cause (inputs of 1e20 squared in
+    # a score), and the caller's process must survive that.
     if keras.backend.backend() != "tensorflow" or (
-        quantization in _FULL_INTEGER and not in_child
+        quantization in _CALIBRATED and not in_child
     ):
         if quantization in _CALIBRATED:
             representative_data = _calibration_arrays(
@@ -276,8 +314,11 @@ def export_tflite(
         )
     else:
         if quantization in _CALIBRATED:
-            # Validate (dtypes, shapes, at least one sample) before tracing.
-            _check_calibration_data(model, representative_data)
+            # Validate (dtypes, shapes, at least one sample, finite
+            # values) before tracing.
+            _check_calibration_data(
+                model, representative_data, num_calibration_samples
+            )
         flatbuffer = _convert(
             model,
             quantization,

@@ -112,12 +112,13 @@ def check_output(path, overwrite, argument="path", suffix=".tflite"):
     return path
 
 
-def _temporary(directory, name, mode):
-    """A new file `.NAME.XXXXXXXX.partial` in `directory`, opened for
-    writing with `mode` (less the umask): `(descriptor, path)`."""
+def _temporary(directory, name, mode, suffix=""):
+    """A new file `.NAME.XXXXXXXX.partial` (and `suffix`) in `directory`,
+    opened for writing with `mode` (less the umask): `(descriptor,
+    path)`."""
     for _ in range(100):
         candidate = os.path.join(
-            directory, f".{name}.{secrets.token_hex(4)}.partial"
+            directory, f".{name}.{secrets.token_hex(4)}.partial{suffix}"
         )
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
@@ -205,6 +206,19 @@ def write_atomically(path, data, overwrite=True):
     finally:
         if os.path.lexists(temporary):
             os.remove(temporary)
+
+
+def reserve_temporary(path, suffix):
+    """A new empty file `.NAME.XXXXXXXX.partial` + `suffix` next to what
+    `path` names (in the directory of `os.path.realpath(path)`), created
+    as `open()` creates a file (its mode from the umask): a writer fills
+    it, and `replace_with` renames it over `path` once it is complete and
+    checked. Its path is returned; the caller removes it on failure."""
+    handle, temporary = _temporary(
+        *os.path.split(os.path.realpath(path)), 0o666, suffix
+    )
+    os.close(handle)
+    return temporary
 
 
 def replace_with(temporary, path, overwrite=True):

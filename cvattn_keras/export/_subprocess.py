@@ -177,10 +177,12 @@ def _raise_subprocess_error(
             f"TensorFlow's converter crashed (signal {-done.returncode}) "
             f"in the export subprocess"
             + (f" while quantizing to {quantization!r}" if quantization else "")
-            + ". With a full-integer mode this is TensorFlow 2.21's "
+            + ". In a calibrated mode this is TensorFlow 2.21's "
             "quantizer failing on a tensor it cannot quantize (e.g. "
             "'scale out of expressed type range': a tensor whose "
-            "calibrated range is empty). Its last output:\n" + tail
+            "calibrated range overflows float32, as an activation does on "
+            "`representative_data` too large for the model, or is empty). "
+            "Its last output:\n" + tail
         )
     raise RuntimeError(
         f"The TensorFlow export subprocess failed (exit status "
