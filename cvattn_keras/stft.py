@@ -394,7 +394,9 @@ def normalize_and_trim(
     # A length known at run time only: the envelope in the graph, by the
     # same overlap-add, of the squared window.
     window = ops.convert_to_tensor(window, signal.dtype)
-    squares = ops.ones_like(signal[:1, :1])[..., None] * window**2  # (1,1,fl)
+    # (1, 1, fl), by reshape: a new-axis slice (`[..., None]`) of a tensor
+    # with two unknown dimensions has no TFLite builtin.
+    squares = ops.reshape(window**2, (1, 1, frame_length))
     count = (ops.shape(signal)[1] - frame_length) // frame_step + 1
     envelope = overlap_add(ops.repeat(squares, count, axis=1), frame_step)
     # As the static path: samples the windows barely reach (the envelope
