@@ -16,6 +16,7 @@ from cvattn_keras.export._arguments import _check_model
 from cvattn_keras.export._arguments import _check_path
 from cvattn_keras.export._arguments import _check_positive
 from cvattn_keras.export._arguments import _errors_against_keras
+from cvattn_keras.export._arguments import _expected_bound
 from cvattn_keras.export._arguments import _input_dtypes
 from cvattn_keras.export._arguments import _input_names
 from cvattn_keras.export._modes import EXPECTED_MAX_REL_ERROR
@@ -253,7 +254,9 @@ def verify_tflite(
         num_runs: how many invocations the median latency is taken over.
         num_threads: LiteRT CPU threads (`None`: LiteRT's default).
         expected_max_rel_error: `None` (default: the usual bound of the
-            file's mode, `EXPECTED_MAX_REL_ERROR`) or a positive number:
+            file's mode, `EXPECTED_MAX_REL_ERROR`, or 10 times the
+            model's own rounding floor where that is larger:
+            `TFLiteReport`) or a positive number:
             the `max_rel_error` beyond which the report warns
             (`report.within_expected`, `report.warning`).
 
@@ -291,8 +294,6 @@ def verify_tflite(
     arrays = _as_input_list(model, inputs, "inputs")
     ops, non_builtin = _file_ops(path)
     quantization = _file_quantization(path)
-    if expected_max_rel_error is None:
-        expected_max_rel_error = EXPECTED_MAX_REL_ERROR[quantization]
     if non_builtin:
         raise ValueError(
             f"{path} uses non-builtin op(s) {list(non_builtin)}, which the "
@@ -303,7 +304,11 @@ def verify_tflite(
     feed = _feed(runner, model, arrays, path)
     got = _outputs(runner, feed)
     output_details = runner.get_output_details()
-    max_abs, scale = _errors_against_keras(model, arrays, got, path)
+    max_abs, scale, floor = _errors_against_keras(model, arrays, got, path)
+    if expected_max_rel_error is None:
+        expected_max_rel_error = _expected_bound(
+            EXPECTED_MAX_REL_ERROR[quantization], floor
+        )
     timings = []
     for _ in range(num_runs):
         start = time.perf_counter()

@@ -70,8 +70,14 @@ class TFLiteReport:
             weights all stayed float, as the converter leaves tensors under
             1,024 elements, reads as float32, and computes as one).
         expected_max_rel_error: the bound of that mode's usual
-            `max_rel_error` (`EXPECTED_MAX_REL_ERROR`, or the one given to
-            `verify_tflite`).
+            `max_rel_error` (`EXPECTED_MAX_REL_ERROR`, raised to
+            `ROUNDING_MARGIN` (10) times the Keras model's own rounding
+            floor where that is larger: how far its outputs move when its
+            float inputs move by one unit in the last place, relative to
+            the largest output; about 1e-7 for most models, 3e-4 for an
+            uncentred `ComplexISTFT`, which divides its edge samples by a
+            near-zero window envelope), or the one given to
+            `verify_tflite`.
         within_expected: (a property) whether `max_rel_error` is within
             it; `warning` (a property) is then `None`, otherwise one line
             that says the error is far outside the mode's usual one, which

@@ -76,6 +76,7 @@ from cvattn_keras.export._arguments import _as_input_list
 from cvattn_keras.export._arguments import _cast
 from cvattn_keras.export._arguments import _check_model
 from cvattn_keras.export._arguments import _errors_against_keras
+from cvattn_keras.export._arguments import _expected_bound
 from cvattn_keras.export._arguments import _input_names
 from cvattn_keras.export._arguments import _input_signature
 from cvattn_keras.export._errors import ONNXUnsupportedOpsError
@@ -136,7 +137,9 @@ class ONNXReport:
         quantization: `"float16"` (float16 weights) or `"float32"`.
         expected_max_rel_error: the bound of that mode's usual
             `max_rel_error` (`EXPECTED_MAX_REL_ERROR`, as for TFLite
-            files of the mode, or the one given to `verify_onnx`);
+            files of the mode, raised to 10 times the Keras model's own
+            rounding floor where that is larger, as `TFLiteReport`'s, or
+            the one given to `verify_onnx`);
             `within_expected` (a property) says whether the error is within
             it, and `warning` (a property) is otherwise one line that
             `str(report)` prints last.
@@ -698,8 +701,9 @@ def verify_onnx(
             default, one per core).
         expected_max_rel_error: `None` (default: the usual bound of the
             file's mode, `EXPECTED_MAX_REL_ERROR["float32"]` or
-            `["float16"]`) or a positive number: the `max_rel_error`
-            beyond which the report warns.
+            `["float16"]`, or 10 times the model's own rounding floor
+            where that is larger: `ONNXReport`) or a positive number: the
+            `max_rel_error` beyond which the report warns.
 
     Returns:
         An `ONNXReport` (its `str` is a printable table): sizes, ops,
@@ -746,7 +750,7 @@ def verify_onnx(
     session = _session(path, num_threads)
     feed = _feed(session, model, arrays, path)
     got = session.run(None, feed)
-    max_abs, scale = _errors_against_keras(model, arrays, got, path)
+    max_abs, scale, floor = _errors_against_keras(model, arrays, got, path)
     quantization = _quantization(proto)
     timings = []
     for _ in range(num_runs):
@@ -772,7 +776,7 @@ def verify_onnx(
         weight_bytes=_weight_bytes(proto),
         quantization=quantization,
         expected_max_rel_error=float(
-            EXPECTED_MAX_REL_ERROR[quantization]
+            _expected_bound(EXPECTED_MAX_REL_ERROR[quantization], floor)
             if expected_max_rel_error is None
             else expected_max_rel_error
         ),
