@@ -621,6 +621,27 @@ def test_only_the_calibration_samples_need_to_be_finite(tmp_path, monkeypatch):
     assert converted[0][0].shape == (6, 3, 4)
 
 
+def test_calibration_samples_of_different_shapes_are_a_clear_error(
+    tmp_path, monkeypatch
+):
+    """A callable's samples are gathered into one array per input before
+    conversion (checked, then calibrated on in a subprocess)."""
+    _no_conversion(monkeypatch)
+    inputs = keras.Input((None, 4), name="x")
+    model = keras.Model(inputs, cvk.layers.ComplexDense(2)(inputs))
+
+    def samples():
+        yield np.ones((1, 5, 4), "float32")
+        yield np.ones((1, 6, 4), "float32")
+
+    with pytest.raises(
+        ValueError, match=r"representative_data.*one shape.*\(1, 6, 4\)"
+    ):
+        cvk.export.export_tflite(
+            model, tmp_path / "m.tflite", "int8", representative_data=samples
+        )
+
+
 def test_command_line_refuses_non_finite_calibration_data(
     tmp_path, capfd, monkeypatch
 ):
