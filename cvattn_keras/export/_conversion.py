@@ -356,6 +356,7 @@ def _convert(
                 weights_once=weights_once,
                 lookup_masks=quantization == "int16x8",
                 float_activations=quantization not in _CALIBRATED,
+                float16_weights=quantization == "float16",
             ),
         ):
             model.export(

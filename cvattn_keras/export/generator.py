@@ -393,7 +393,10 @@ def _convert(model, quantization, shapes):
     with tempfile.TemporaryDirectory() as saved_model:
         with (
             core.portable_masking(),
-            _tracing.for_export(plain_statistics=False),
+            _tracing.for_export(
+                plain_statistics=False,
+                float16_weights=quantization == "float16",
+            ),
         ):
             signatures = {
                 "encode": tf.function(

@@ -417,7 +417,19 @@ class ComplexSTFT(_STFTBase):
             x = ops.expand_dims(x, -1)  # (B, L, 1): what the delegate pads
         if self.center:
             x = sf.pad_waveform(x, self.fft_length, self.pad_mode)
-        if self._use_fft():
+        if self._use_fft() and _tracing.float16_weights():
+            # RFFT2D in a float16 TFLite file (every float constant
+            # stored in float16): the window in two float16-exact parts,
+            # so that the STFT computes in float32 there too.
+            outputs = sf.stft_fft_for_export(
+                x,
+                self._window,
+                self.frame_step,
+                self.fft_length,
+                self.bins,
+                self.normalized,
+            )
+        elif self._use_fft():
             window = ops.convert_to_tensor(self._window, "float32")
             outputs = sf.stft_fft(
                 x,
