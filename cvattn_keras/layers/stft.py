@@ -506,9 +506,16 @@ class ComplexISTFT(_STFTBase):
     (the overlap-added squared window has no zeros: periodic Hann with
     `frame_step <= frame_length // 2`, Hamming or rectangular windows with
     `frame_step <= frame_length`, ...); a `ValueError` naming the window
-    and sizes otherwise, at construction. Without centring, the samples
-    that no window reaches (the first `(N - frame_length) // 2`, and the
-    first of a periodic Hann window) come back as 0.
+    and sizes otherwise, at construction. Centred, the last of the `1 +
+    L // frame_step` frames can end before sample `L` (a rectangular or
+    Hamming window with `frame_step = frame_length`, or any hop above
+    about `fft_length // 2`): a `length` reaching samples that no frame's
+    window covers is a `ValueError` naming those samples and the
+    arguments (at build, or at the call where the frame count is known
+    only then), not zeros there. Without centring, the samples that no
+    window reaches (the first `(N - frame_length) // 2`, the first of a
+    periodic Hann window, and the tail after the last frame, as
+    `tf.signal.stft` drops it) come back as 0.
 
     `bins` short of all `N // 2 + 1` bins: the bins outside count as zero
     (the inverse of a band-limited spectrum), so the round trip then
