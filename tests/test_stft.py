@@ -507,6 +507,19 @@ def test_auto_implementation(cls):
         (dict(frame_length=64, frame_step=16, pad_mode="edge"), "'edge'"),
         (dict(frame_length=64, frame_step=16, implementation="x"), "'x'"),
         (dict(frame_length=64, frame_step=16, center="yes"), "center='yes'"),
+        (
+            dict(frame_length=64, frame_step=16, learn_kernels=1),
+            "learn_kernels=1",
+        ),
+        (
+            dict(
+                frame_length=64,
+                frame_step=16,
+                learn_kernels=True,
+                implementation="fft",
+            ),
+            "implementation='fft'",
+        ),
     ],
 )
 def test_bad_arguments(kwargs, match):
