@@ -193,3 +193,28 @@ def check_shapes(query, key, value):
                 f"{what}. Received: {received}"
             )
     cx.check_even(shapes["value"][-1], "value.shape[-1]")
+
+
+def resolve_sliding_window(window, name="sliding_window"):
+    """Validates a `sliding_window` argument: `None` or a positive int."""
+    return check.positive_int(window, name, allow_none=True)
+
+
+def allowed_positions(rows, cols, causal, window):
+    """Where query positions `rows` `(T, 1)` may see key positions `cols`
+    `(1, S)` (int32 tensors): `s <= t` if `causal`; within a sliding
+    `window`, `t - window < s` (and `s < t + window` without `causal`).
+    A bool `(T, S)` tensor, or `None` when nothing is excluded."""
+    masks = []
+    if causal:
+        masks.append(ops.greater_equal(rows, cols))
+    if window is not None:
+        masks.append(ops.greater(cols, rows - window))
+        if not causal:
+            masks.append(ops.less(cols, rows + window))
+    if not masks:
+        return None
+    merged = masks[0]
+    for mask in masks[1:]:
+        merged = ops.logical_and(merged, mask)
+    return merged

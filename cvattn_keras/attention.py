@@ -51,11 +51,13 @@ from cvattn_keras import chunked_attention
 from cvattn_keras import complex as cx
 from cvattn_keras._attention_args import PRODUCTS
 from cvattn_keras._attention_args import SOFTMAX_VARIANTS
+from cvattn_keras._attention_args import allowed_positions
 from cvattn_keras._attention_args import check_mask_shape
 from cvattn_keras._attention_args import check_shapes
 from cvattn_keras._attention_args import expand_mask
 from cvattn_keras._attention_args import parse_variant
 from cvattn_keras._attention_args import resolve_product
+from cvattn_keras._attention_args import resolve_sliding_window
 from cvattn_keras._attention_args import resolve_softmax
 
 __all__ = [
@@ -447,6 +449,7 @@ def complex_dot_product_attention(
     chunk_size=None,
     is_causal=False,
     complex_matmul="auto",
+    sliding_window=None,
 ):
     """Complex multi-head attention on stacked per-head tensors.
 
@@ -489,6 +492,11 @@ def complex_dot_product_attention(
             form of the complex score and weights-times-values products
             on the full path (see `complex_scores`, `apply_weights`); the
             chunked path and CAtt's fused kernel have their own.
+        sliding_window: `None` (default) or a positive int `W`: query `t`
+            attends only to keys `t - W < s` (with `is_causal`, keys
+            `t - W < s <= t`: the last `W` positions; without, also `s < t
+            + W`), top-left aligned, combined with `mask`. The chunked
+            path builds each block's part only.
 
     Returns:
         The output `(B, T, N, 2V)`, and, if `return_weights`, the weights
@@ -525,6 +533,7 @@ def complex_dot_product_attention(
         raise ValueError(
             f"`is_causal` must be a bool. Received: is_causal={is_causal!r}"
         )
+    sliding_window = resolve_sliding_window(sliding_window)
     chunk_size = chunk_for(chunk_size, key.shape[1], query.shape[1])
     if (
         chunk_size is not None
@@ -542,12 +551,14 @@ def complex_dot_product_attention(
             mask=mask,
             is_causal=is_causal,
             chunk_size=chunk_size,
+            sliding_window=sliding_window,
         )
-    if is_causal:  # (1, 1, T, S), top-left aligned
+    if is_causal or sliding_window is not None:  # (1, 1, T, S), top-left
         rows = ops.arange(ops.shape(query)[1], dtype="int32")[:, None]
         cols = ops.arange(ops.shape(key)[1], dtype="int32")[None, :]
-        causal = ops.expand_dims(ops.greater_equal(rows, cols), (0, 1))
-        mask = causal if mask is None else ops.logical_and(mask, causal)
+        allowed = allowed_positions(rows, cols, is_causal, sliding_window)
+        allowed = ops.expand_dims(allowed, (0, 1))
+        mask = allowed if mask is None else ops.logical_and(mask, allowed)
     out_dtype = value.dtype
     matmul_dtype, score_dtype = _precision(query.dtype, key.dtype)
     query = ops.cast(query, matmul_dtype)

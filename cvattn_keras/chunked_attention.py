@@ -73,6 +73,7 @@ def chunked_dot_product_attention(
     mask=None,
     is_causal=False,
     chunk_size=512,
+    sliding_window=None,
 ):
     """Complex multi-head attention with the keys in blocks (O(T) memory).
 
@@ -100,6 +101,9 @@ def chunked_dot_product_attention(
             blocks hold `(B, N, T, chunk_size)` scores. When `S` is not a
             multiple of it, the last block overlaps the one before and
             masks the keys that one covered.
+        sliding_window: `None` or a positive int `W`: query `t` attends
+            only to keys `t - W < s` (and `s < t + W` without
+            `is_causal`), built per block as the causal mask is.
 
     Returns:
         The output `(B, T, N, 2V)`, in `value`'s dtype.
@@ -135,7 +139,10 @@ def chunked_dot_product_attention(
         args.check_mask_shape(
             mask.shape, (batch, heads, length, keys), "mask", "(B, N, T, S)"
         )
-    plan = _Plan(softmax, product, scale, mask, is_causal, chunk_size, keys)
+    window = args.resolve_sliding_window(sliding_window)
+    plan = _Plan(
+        softmax, product, scale, mask, is_causal, chunk_size, keys, window
+    )
 
     @ops.custom_gradient
     def attend(query, key, value):
@@ -203,12 +210,15 @@ class _Plan:
     """The static configuration of one chunked attention and its forward
     and backward loops, on `(B, N, L, width)` tensors."""
 
-    def __init__(self, softmax, product, scale, mask, causal, chunk, keys):
+    def __init__(
+        self, softmax, product, scale, mask, causal, chunk, keys, window=None
+    ):
         self.softmax = softmax
         self.product = product
         self.scale = scale
         self.mask = mask
         self.causal = causal
+        self.window = window  # a sliding window's width, or None
         self.chunk = min(chunk, keys)
         self.keys = keys
         self.blocks = -(-keys // self.chunk)
@@ -256,13 +266,16 @@ class _Plan:
                     (shape[0], shape[1], shape[2], self.chunk),
                 )
             masks.append(mask)
-        if self.causal or self.overlap:
+        if self.causal or self.overlap or self.window is not None:
             cols = start + ops.arange(self.chunk, dtype="int32")
             if self.overlap:  # keys the block before covered
                 masks.append(cols >= i * self.chunk)
-            if self.causal:
-                row = ops.arange(rows, dtype="int32")[:, None]
-                masks.append(ops.greater_equal(row, cols[None, :]))
+            row = ops.arange(rows, dtype="int32")[:, None]
+            allowed = args.allowed_positions(
+                row, cols[None, :], self.causal, self.window
+            )
+            if allowed is not None:
+                masks.append(allowed)
         if not masks:
             return None
         merged = masks[0]

@@ -138,10 +138,12 @@ def _encode(
     num_layers,
     frontend,
     batch_norm_synchronized=False,
+    no_positions=False,
     **encoder_args,
 ):
     """The frequency front end, a ComplexDense embedding, the sinusoidal
-    positions, then `num_layers` encoder layers."""
+    positions (unless the encoders rotate, or `no_positions`), then
+    `num_layers` encoder layers."""
     filters, kernel_sizes, strides = frontend
     x = cl.ComplexFrequencyFrontEnd(
         filters,
@@ -151,7 +153,8 @@ def _encode(
         name="frontend",
     )(inputs)
     x = cl.ComplexDense(embed_dim, name="embedding")(x)
-    x = cl.SinusoidalPositionalEncoding(name="positions")(x)
+    if encoder_args.get("rotary_max_wavelength") is None and not no_positions:
+        x = cl.SinusoidalPositionalEncoding(name="positions")(x)
     for i in range(num_layers):
         x = cl.ComplexTransformerEncoder(name=f"encoder_{i}", **encoder_args)(x)
     return x
@@ -186,6 +189,8 @@ def music_classifier(
     batch_norm_synchronized=False,
     layer_norm_epsilon=1e-5,
     stft=None,
+    sliding_window=None,
+    positions="auto",
     name="music_classifier",
 ):
     """The paper's classification model (the reference's
@@ -256,6 +261,20 @@ def music_classifier(
             as over spectra; `cvattn_keras.interop` loads reference
             checkpoints into such a model (the STFT has no reference
             weights: it keeps its own).
+        sliding_window: `None` (default: every frame attends to every
+            other, the paper's) or a positive int `W`: every encoder's
+            self-attention is causal and sees the last `W` frames only
+            (`ComplexTransformerEncoder(sliding_window=W)`), so that the
+            model streams frame by frame
+            (`cvattn_keras.streaming.to_streaming`; with `stft`, a
+            `ComplexSTFT(center=False)`).
+        positions: how the encoders know the frames' order: `"auto"`
+            (default: `"sinusoidal"` without `sliding_window`, `"rotary"`
+            with), `"sinusoidal"` (the paper's: absolute positions added
+            after the embedding, layer `positions`), `"rotary"` (relative
+            positions: `rotary_max_wavelength=10000` in every attention;
+            the only kind a stream can keep bounded for hours, with
+            `product="inner"`) or `"none"`.
         name: the model's name.
 
     Returns:
@@ -264,6 +283,10 @@ def music_classifier(
     layer_norm_epsilon = _transformer._check_layer_norm_epsilon(
         layer_norm_epsilon, "whitening"
     )
+    sliding_window = check.positive_int(
+        sliding_window, "sliding_window", allow_none=True
+    )
+    positions = _positions(positions, sliding_window)
     inputs, spectra = _inputs(frames, bins, stft, "spectra")
     x = _encode(
         spectra,
@@ -278,8 +301,26 @@ def music_classifier(
         attention_dropout=dropout,
         dropout=feedforward_dropout,
         layer_norm_epsilon=layer_norm_epsilon,
+        sliding_window=sliding_window,
+        no_positions=positions == "none",
+        rotary_max_wavelength=10000 if positions == "rotary" else None,
     )
     return keras.Model(inputs, _head(x, head_dim, notes, dropout), name=name)
+
+
+_POSITIONS = ("auto", "sinusoidal", "rotary", "none")
+
+
+def _positions(positions, sliding_window):
+    """`positions` resolved (`"auto"`: rotary with a sliding window)."""
+    if positions not in _POSITIONS:
+        raise ValueError(
+            f"`positions` must be one of {list(_POSITIONS)}. Received: "
+            f"positions={positions!r}"
+        )
+    if positions == "auto":
+        return "sinusoidal" if sliding_window is None else "rotary"
+    return positions
 
 
 def music_generator(

@@ -11,6 +11,8 @@ from cvattn_keras import _validation as check
 from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
+from cvattn_keras.layers._attention_masks import check_attention_mask_shape
+from cvattn_keras.layers._attention_masks import mask_shape
 from cvattn_keras.layers._projections import block_einsum
 from cvattn_keras.layers._projections import gauss_einsum
 from cvattn_keras.layers._projections import matmul_once
@@ -19,38 +21,6 @@ from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
 from cvattn_keras.layers.dense import ComplexDense
 from cvattn_keras.layers.embeddings import ComplexRotaryEmbedding
-
-
-def check_attention_mask_shape(
-    mask_shape, query_shape, value_shape, num_heads, name
-):
-    """Raises a `ValueError` naming `name` unless the static `mask_shape`
-    of an attention mask broadcasts to `(T, S)`, `(B, T, S)` or
-    `(B, num_heads, T, S)` (by its rank), for a query `(B, T, ...)` and a
-    value `(B, S, ...)`."""
-    shape = tuple(mask_shape)
-    batch, length = tuple(query_shape)[:2]
-    keys = tuple(value_shape)[1]
-    targets = {
-        2: ((length, keys), "(T, S)"),
-        3: ((batch, length, keys), "(B, T, S)"),
-        4: ((batch, num_heads, length, keys), "(B, num_heads, T, S)"),
-    }
-    if len(shape) not in targets:
-        raise ValueError(
-            f"`{name}` must have rank 2 (T, S), 3 (B, T, S) or 4 "
-            f"(B, num_heads, T, S) and broadcast to (B, T, S) = "
-            f"{targets[3][0]}. Received: {name}.shape={shape}"
-        )
-    target, layout = targets[len(shape)]
-    core.check_mask_shape(shape, target, name, layout)
-
-
-def mask_shape(mask):
-    """The static shape of a mask given as a tensor, array or nested
-    list."""
-    shape = getattr(mask, "shape", None)
-    return tuple(shape) if shape is not None else np.shape(mask)
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -148,6 +118,13 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             `complex.GAUSS_MIN_SIZE` (512); never under a float16
             compute dtype (see `complex.use_gauss`). The chunked path and
             TFLite export keep their own forms.
+        sliding_window: `None` (default) or a positive int `W`: query `t`
+            attends only to the keys of the last `W` positions, `t - W < s
+            <= t` with `use_causal_mask=True` (a local, streamable
+            attention: see `cvattn_keras.streaming`), `|t - s| < W`
+            without, combined with every other mask. With a cache and a
+            `cache_update_index`, positions count from the index; the
+            chunked path builds each block's part of the window only.
         seed: int or None, the seed of the attention dropout. (A seeded
             initializer is seeded separately; each projection and part then
             gets its own derived seed.)
@@ -248,9 +225,11 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         rotary_max_wavelength=None,
         chunk_size="auto",
         complex_matmul="auto",
+        sliding_window=None,
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
+        sliding_window = core.resolve_sliding_window(sliding_window)
         complex_matmul = cx.resolve_complex_matmul(complex_matmul)
         chunk_size = core.resolve_chunk_size(chunk_size)
         key_dim = check.positive_int(key_dim, "key_dim")
@@ -291,6 +270,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         self.rotary_max_wavelength = rotary_max_wavelength
         self.chunk_size = chunk_size
         self.complex_matmul = complex_matmul
+        self.sliding_window = sliding_window
         self.rotary = None
         if rotary_max_wavelength is not None:
             self.rotary = ComplexRotaryEmbedding(
@@ -578,11 +558,14 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         use_causal_mask=False,
         cache=None,
         cache_update_index=None,
+        window_in_core=False,
     ):
         """Merges every mask source into one boolean mask, `True` = attend,
         of rank 4 broadcastable to `(B, N, T, S)`, or `None` when there is
         nothing to mask. With a cache, `S` is its length, and with a
-        `cache_update_index` the rows beyond the filled part are masked."""
+        `cache_update_index` the rows beyond the filled part are masked.
+        The sliding window is left out with `window_in_core` (the core
+        builds it per block)."""
         self._check_masks(
             query.shape,
             self._keys_shape(value.shape, cache),
@@ -611,10 +594,21 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                     query, value, cache, cache_update_index, use_causal_mask
                 )
             )
-        elif use_causal_mask:  # (1, 1, T, S)
+        else:
             keys = value if cache is None else cache[:, 0]
-            causal = self._compute_causal_mask(query, keys)
-            masks.append(ops.expand_dims(causal, (0, 1)))
+            if use_causal_mask:  # (1, 1, T, S)
+                causal = self._compute_causal_mask(query, keys)
+                masks.append(ops.expand_dims(causal, (0, 1)))
+            if self.sliding_window is not None and not window_in_core:
+                rows = ops.arange(ops.shape(query)[1], dtype="int32")
+                cols = ops.arange(ops.shape(keys)[1], dtype="int32")
+                window = core.allowed_positions(  # (T, S)
+                    rows[:, None],
+                    cols[None, :],
+                    use_causal_mask,
+                    self.sliding_window,
+                )
+                masks.append(ops.expand_dims(window, (0, 1)))
         if not masks:
             return None
         merged = masks[0]
@@ -636,8 +630,11 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         rows = ops.arange(ops.shape(query)[1], dtype="int32")[:, None]
         cols = ops.arange(ops.shape(cache)[2], dtype="int32")[None, :]
         filled = ops.less(cols, index + ops.shape(value)[1])
-        if causal:
-            filled = ops.logical_and(filled, ops.less_equal(cols, rows + index))
+        allowed = core.allowed_positions(
+            rows + index, cols, causal, self.sliding_window
+        )
+        if allowed is not None:
+            filled = ops.logical_and(filled, allowed)
         return ops.expand_dims(filled, (0, 1))
 
     # ------------------------------------------------------------------
@@ -743,16 +740,19 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             key = value
         self._check_shapes(query.shape, value.shape, key.shape)
         self._check_cache(cache, cache_update_index, query.shape, value.shape)
-        # Where the keys go through in blocks, a causal mask without a
-        # cache goes to the core as `is_causal`: the chunked path then
-        # builds each block's part only, never the (T, S) mask.
-        causal_in_core = bool(
-            use_causal_mask
+        # Where the keys go through in blocks, a causal mask or sliding
+        # window without a cache goes to the core (`is_causal`,
+        # `sliding_window`): the chunked path then builds each block's
+        # part only, never the (T, S) mask.
+        window = self.sliding_window
+        in_core = bool(
+            (use_causal_mask or window is not None)
             and cache is None
             and core.chunk_for(self.chunk_size, value.shape[1], query.shape[1])
             is not None
             and self._takes_is_causal()
         )
+        causal_in_core = in_core and use_causal_mask
         mask = self._compute_attention_mask(
             query,
             value,
@@ -763,6 +763,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             use_causal_mask=use_causal_mask and not causal_in_core,
             cache=cache,
             cache_update_index=cache_update_index,
+            window_in_core=in_core,
         )
         # The position of the first new key (and, by default, query) row.
         start = 0 if cache_update_index is None else cache_update_index
@@ -793,6 +794,8 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                 )
                 cache = ops.stack([key, value], axis=1)
         causal = {"is_causal": True} if causal_in_core else {}
+        if in_core and window is not None:
+            causal["sliding_window"] = window
         outputs, scores = self._compute_attention(
             query, key, value, mask, training, return_attention_scores, **causal
         )
@@ -804,15 +807,19 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _takes_is_causal(self):
-        """Whether the causal mask may go to `_compute_attention` as
-        `is_causal`: not for a subclass that overrides
-        `_compute_causal_mask`, or whose `_compute_attention` has no
-        `is_causal` argument (it gets the mask as before)."""
+        """Whether the causal mask (and the sliding window) may go to
+        `_compute_attention` as `is_causal` (`sliding_window`): not for a
+        subclass that overrides `_compute_causal_mask`, or whose
+        `_compute_attention` lacks the argument (it gets the mask as
+        before)."""
         base = ComplexMultiHeadAttention
         if type(self)._compute_causal_mask is not base._compute_causal_mask:
             return False
         parameters = inspect.signature(self._compute_attention).parameters
-        return "is_causal" in parameters
+        needed = ["is_causal"]
+        if self.sliding_window is not None:
+            needed.append("sliding_window")
+        return all(name in parameters for name in needed)
 
     def _compute_attention(
         self,
@@ -823,6 +830,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         training=None,
         return_attention_scores=False,
         is_causal=False,
+        sliding_window=None,
     ):
         """Attention on projected per-head tensors (override to change the
         mathematics). Returns the per-head output `(B, T, N, 2V)` and the
@@ -831,7 +839,8 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         when the key length calls for blocks (`attention.chunk_for`;
         the core may still take the full path, e.g. for the scores),
         with no cache, to an override that takes the argument and keeps
-        `_compute_causal_mask`."""
+        `_compute_causal_mask`; `sliding_window` likewise, the window
+        that `attention_mask` then leaves out."""
         result = core.complex_dot_product_attention(
             query,
             key,
@@ -846,6 +855,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             chunk_size=self.chunk_size,
             is_causal=is_causal,
             complex_matmul=self.complex_matmul,
+            sliding_window=sliding_window,
         )
         if return_attention_scores:
             return result
@@ -869,6 +879,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                 "rotary_max_wavelength": self.rotary_max_wavelength,
                 "chunk_size": self.chunk_size,
                 "complex_matmul": self.complex_matmul,
+                "sliding_window": self.sliding_window,
             }
         )
         return config

@@ -7,12 +7,12 @@ from cvattn_keras import activations
 from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
+from cvattn_keras.layers._attention_masks import check_attention_mask_shape
+from cvattn_keras.layers._attention_masks import mask_shape
 from cvattn_keras.layers._weights import resolve_option
 from cvattn_keras.layers.activations import ComplexActivation
 from cvattn_keras.layers.activations import ModReLU
 from cvattn_keras.layers.attention import ComplexMultiHeadAttention
-from cvattn_keras.layers.attention import check_attention_mask_shape
-from cvattn_keras.layers.attention import mask_shape
 from cvattn_keras.layers.dense import ComplexDense
 from cvattn_keras.layers.dropout import ComplexDropout
 from cvattn_keras.layers.normalization import ComplexLayerNormalization
@@ -60,9 +60,11 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         rotary_max_wavelength=None,
         chunk_size="auto",
         complex_matmul="auto",
+        sliding_window=None,
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
+        sliding_window = core.resolve_sliding_window(sliding_window)
         chunk_size = core.resolve_chunk_size(chunk_size)
         complex_matmul = cx.resolve_complex_matmul(complex_matmul)
         intermediate_dim = check.positive_int(
@@ -114,6 +116,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         self.rotary_max_wavelength = rotary_max_wavelength
         self.chunk_size = chunk_size
         self.complex_matmul = complex_matmul
+        self.sliding_window = sliding_window
 
     def _features(self, shape):
         features = _features(shape, type(self).__name__)
@@ -151,6 +154,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         return None if self.seed is None else self.seed + self._SALTS[name]
 
     def _attention(self, features, name):
+        window = self.sliding_window if name == "self_attention" else None
         return ComplexMultiHeadAttention(
             self.num_heads,
             self.key_dim or features // self.num_heads,
@@ -160,6 +164,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             rotary_max_wavelength=self.rotary_max_wavelength,
             chunk_size=self.chunk_size,
             complex_matmul=self.complex_matmul,
+            sliding_window=window,
             seed=self._seed(name),
             **self._initializers(name),
             **self._common(name),
@@ -271,6 +276,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             "rotary_max_wavelength": self.rotary_max_wavelength,
             "chunk_size": self.chunk_size,
             "complex_matmul": self.complex_matmul,
+            "sliding_window": self.sliding_window,
         }
 
 
@@ -319,6 +325,10 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
             form of every complex product, the attention's and the
             feed-forward network's (see `ComplexDense`); `"gauss"` where
             matmuls dominate (accelerators), `"auto"` picks by width.
+        sliding_window: `None` (default) or a positive int `W`: the
+            self-attention is causal and sees the last `W` positions only
+            (`use_causal_mask` is then implied), so that the block streams
+            (`cvattn_keras.streaming.to_streaming`).
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -330,7 +340,8 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
 
         attention_mask: optional boolean `(B, T, T)`, `True` = attend.
 
-        use_causal_mask: causal self-attention. Defaults to `False`.
+        use_causal_mask: causal self-attention. Defaults to `False`
+            (`True` whatever is passed when `sliding_window` is set).
 
         return_attention_scores: also return the attention weights
             `(B, num_heads, T, 2T)`.
@@ -365,7 +376,8 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
                 x,
                 x,
                 attention_mask=attention_mask,
-                use_causal_mask=use_causal_mask,
+                use_causal_mask=use_causal_mask
+                or self.sliding_window is not None,
                 return_attention_scores=return_attention_scores,
                 training=training,
                 **masks,
@@ -457,6 +469,10 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             form of every complex product, the attention's and the
             feed-forward network's (see `ComplexDense`); `"gauss"` where
             matmuls dominate (accelerators), `"auto"` picks by width.
+        sliding_window: `None` (default) or a positive int `W`: the
+            self-attention sees the last `W` positions only (see
+            `ComplexMultiHeadAttention`); the cross-attention is not
+            windowed.
         **kwargs: base `Layer` arguments.
 
     Call arguments:
