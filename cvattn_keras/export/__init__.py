@@ -59,6 +59,7 @@ from cvattn_keras.export._modes import QUANTIZATIONS
 from cvattn_keras.export._reading import file_sizes
 from cvattn_keras.export._report import TensorInfo
 from cvattn_keras.export._report import TFLiteReport
+from cvattn_keras.export._stream import TFLiteStream
 from cvattn_keras.export._subprocess import SUBPROCESS_TIMEOUT
 from cvattn_keras.export.generator import export_generator_tflite
 from cvattn_keras.export.generator import generate_tflite
@@ -79,6 +80,7 @@ __all__ = [
     "QUANTIZATIONS",
     "SUBPROCESS_TIMEOUT",
     "TFLiteReport",
+    "TFLiteStream",
     "TensorInfo",
     "UnsupportedOpsError",
     "check_gpu_compatibility",

@@ -1,0 +1,202 @@
+"""Streaming: a trained model run one frame (or one hop of samples) at a
+time, with its state carried between steps.
+
+`to_streaming(model)` rebuilds a functional model as a `keras.Model`
+whose inputs are `[chunk, *state]` and outputs `[outputs, *state]`: a
+step takes the newest chunk and the state the step before returned, and
+gives that frame's outputs and the next state. The weights are the
+offline model's (shared, not copied); the state is external (plain
+inputs and outputs, no variables), so the same graph exports to one
+builtin-only TFLite file (`cvattn_keras.export.export_tflite`, every
+mode) that runs under any delegate, and to ONNX; `TFLiteStream` in
+`cvattn_keras.export` runs such a file hop by hop.
+
+What streams, and the state each keeps:
+
+- `ComplexSTFT(center=False)`, the first layer: the last `fft_length -
+  frame_step` samples;
+- `ComplexMultiHeadAttention(sliding_window=W)` as causal self-attention,
+  and `ComplexTransformerEncoder(sliding_window=W)`: the projected keys
+  and values of the last `W - 1` frames;
+- `ComplexConv1D(padding="causal", strides=1)`: the last `dilation_rate *
+  (kernel_size - 1)` input frames;
+- `ComplexISTFT(center=False)` with `frame_length == fft_length`: the
+  overlap-add tail, `fft_length - frame_step` samples;
+- the stream itself: a frame counter `(B, 1)`, saturating;
+- every per-frame layer (dense, norms, activations, dropout, the
+  frequency front end, readouts): nothing.
+
+A chunk is one frame `(B, 1, D)` of a model of spectra `(B, T, D)`, or
+one hop `(B, frame_step)` of samples of a model whose first layer is a
+`ComplexSTFT(center=False)`. Step `k`'s output is the offline model's
+output for frame `k - warmup_steps` (`stream.warmup_steps`: 0 for
+spectra; `ceil(fft_length / frame_step) - 1` after an STFT, whose first
+frames would reach before the stream's first sample: discard those
+steps' outputs). For an STFT model, that is the offline model on the same
+samples when `frame_step` divides `fft_length` (otherwise on the samples
+after `frame_step - fft_length % frame_step` leading zeros). A model
+ending in `ComplexISTFT` emits `frame_step` samples a step: those of the
+frame just completed, `fft_length` samples after the input's (the
+algorithmic latency of an STFT-ISTFT model).
+
+Positions: a stream's output depends only on the last `W` frames, so it
+runs for hours. Rotary positions (`rotary_max_wavelength`, inner product)
+stay bounded: the window's keys take positions `0 .. W - 1` and the query
+`W - 1` at every step (the scores depend only on `t - s`, so this equals
+the offline model everywhere), and the frame counter saturates once every
+buffer is full. Absolute positions (`SinusoidalPositionalEncoding`) and
+rotary positions with the bilinear product (scores depending on `t + s`)
+would grow without bound: `to_streaming` refuses them.
+
+What cannot stream raises a `ValueError` naming the layer and the reason:
+attention without a sliding window or not causal, a centred STFT, a
+convolution over time that looks ahead or strides, a pooling, flatten or
+any layer that mixes frames and is not in the table.
+"""
+
+import functools
+
+import keras
+import numpy as np
+
+from cvattn_keras.streaming import _layers
+from cvattn_keras.streaming._convert import to_streaming as _to_streaming
+from cvattn_keras.streaming._layers import FrameCounter
+from cvattn_keras.streaming._layers import StreamingAttention
+from cvattn_keras.streaming._layers import StreamingConv1D
+from cvattn_keras.streaming._layers import StreamingEncoder
+from cvattn_keras.streaming._layers import StreamingISTFT
+from cvattn_keras.streaming._layers import StreamingSTFT
+
+__all__ = [
+    "FrameCounter",
+    "StreamingAttention",
+    "StreamingConv1D",
+    "StreamingEncoder",
+    "StreamingISTFT",
+    "StreamingSTFT",
+    "calibration_data",
+    "initial_state",
+    "run_stream",
+    "to_streaming",
+]
+
+del _layers
+
+
+def to_streaming(model):
+    """A streaming version of `model`: one frame (or hop) per call.
+
+    Args:
+        model: a functional or Sequential `keras.Model` with one input:
+            spectra `(B, T, D)`, or a waveform `(B, L)` whose first layer
+            is a `ComplexSTFT(center=False)`. Every attention must be
+            causal with a `sliding_window` (e.g.
+            `music_classifier(..., sliding_window=W)`).
+
+    Returns:
+        A `keras.Model` with inputs `[chunk, *state]` and outputs
+        `[outputs, *state]` (the state in the same order and shapes, each
+        input named `state_NN_<layer>_<kind>`), sharing `model`'s weights.
+        It has `initial_state(batch_size)` (the zero state, a list of
+        arrays in input order), `warmup_steps` (the steps whose outputs
+        come before the offline model's first frame) and
+        `chunk_shape`.
+
+    Raises:
+        ValueError: naming the layer and the reason, for what cannot
+            stream (see the module's docstring).
+
+    Examples:
+        >>> import keras
+        >>> from cvattn_keras import layers
+        >>> x = keras.Input((None, 8))
+        >>> h = layers.ComplexTransformerEncoder(2, sliding_window=4)(x)
+        >>> stream = to_streaming(keras.Model(x, h))
+        >>> state = stream.initial_state(1)
+        >>> chunk = np.ones((1, 1, 8), "float32")
+        >>> out, *state = stream([chunk, *state])
+        >>> tuple(out.shape), [tuple(s.shape) for s in state]
+        ((1, 1, 8), [(1, 1), (1, 3, 2, 4), (1, 3, 2, 4)])
+    """
+    stream, warmup, outputs = _to_streaming(model)
+    stream.warmup_steps = warmup
+    stream.chunk_shape = tuple(stream.inputs[0].shape[1:])
+    stream.initial_state = functools.partial(initial_state, stream)
+    return stream
+
+
+def initial_state(stream, batch_size=1):
+    """The zero state of `stream` (from `to_streaming`, or reloaded from a
+    file) for `batch_size` parallel streams: a list of float arrays, in
+    the order of its inputs after the chunk."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(
+            "`batch_size` must be a positive int. Received: "
+            f"batch_size={batch_size!r}"
+        )
+    return [
+        np.zeros((batch_size,) + tuple(x.shape[1:]), x.dtype)
+        for x in stream.inputs[1:]
+    ]
+
+
+def _check_chunks(stream, chunks):
+    chunks = np.asarray(chunks)
+    shape = tuple(stream.inputs[0].shape[1:])
+    if chunks.ndim != len(shape) + 2 or tuple(chunks.shape[2:]) != shape:
+        raise ValueError(
+            f"`chunks` must have shape (B, steps) + {shape}. Received: "
+            f"chunks.shape={chunks.shape}"
+        )
+    if not chunks.shape[0] or not chunks.shape[1]:
+        raise ValueError(
+            "`chunks` must hold at least one stream and one step. "
+            f"Received: chunks.shape={chunks.shape}"
+        )
+    return chunks
+
+
+def run_stream(stream, chunks, state=None):
+    """Feeds `chunks` `(B, steps, *chunk_shape)` to `stream` one step at a
+    time, as a device would; returns `(outputs, state)`: each output of
+    the steps stacked on axis 1 (`(B, steps, ...)`: a frame's `(B, 1,
+    ...)` squeezed to `(B, ...)` first), and the state after the last
+    step (to continue from). `state` defaults to the zero state."""
+    chunks = _check_chunks(stream, chunks)
+    if state is None:
+        state = initial_state(stream, chunks.shape[0])
+    count = len(stream.outputs) - len(stream.inputs) + 1
+    collected = [[] for _ in range(count)]
+    for t in range(chunks.shape[1]):
+        results = stream([chunks[:, t], *state], training=False)
+        results = [keras.ops.convert_to_numpy(r) for r in results]
+        for i in range(count):
+            out = results[i]
+            frame = out.ndim >= 3 and out.shape[1] == 1
+            collected[i].append(out[:, 0] if frame else out)
+        state = results[count:]
+    outputs = [np.stack(parts, axis=1) for parts in collected]
+    return (outputs[0] if count == 1 else outputs), state
+
+
+def calibration_data(stream, chunks, state=None):
+    """The calibration data of a stream's calibrated TFLite modes (`int8`,
+    `full_int8`, `int16x8`): `stream` run over typical `chunks` `(B,
+    steps, *chunk_shape)`, every step a sample: a list `[chunks,
+    *states]` of arrays with `B * steps` samples on axis 0, each state the
+    one that entered the step, so that each state's integer range is
+    calibrated on the states a real stream carries. Pass it to
+    `export_tflite(stream, ..., representative_data=...)`."""
+    chunks = _check_chunks(stream, chunks)
+    if state is None:
+        state = initial_state(stream, chunks.shape[0])
+    count = len(stream.outputs) - len(stream.inputs) + 1
+    columns = [[] for _ in stream.inputs]
+    for t in range(chunks.shape[1]):
+        columns[0].append(chunks[:, t])
+        for column, array in zip(columns[1:], state):
+            column.append(np.asarray(array))
+        results = stream([chunks[:, t], *state], training=False)
+        state = [keras.ops.convert_to_numpy(r) for r in results[count:]]
+    return [np.concatenate(column, axis=0) for column in columns]

@@ -1,0 +1,301 @@
+"""The streaming step of each layer that looks along time.
+
+Each class wraps the offline layer (its weights, not a copy) and computes
+one step: it takes the new frame (or hop of samples) and the layer's state
+(external: inputs and outputs of the step, never variables), and returns
+the step's output and the new state. States are buffers updated by
+concatenate-and-slice (static shapes, builtin ops, every delegate).
+
+`index` below is the stream's frame index of the current step, `(B, 1)`
+int32 (so that no quantized file rounds it, and its comparisons are
+integer ops, which every TFLite mode has): 0 for the first frame the
+offline model would see, negative during the warm-up of a `ComplexSTFT`
+(its first frames hold samples from before the stream began), at most
+the `horizon` that `FrameCounter` caps it at (past it every buffer is
+full, so larger indices change nothing: the state stays bounded however
+long the stream runs).
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+from cvattn_keras import attention as core
+from cvattn_keras import stft as sf
+
+
+def _multiplier(mask):
+    """A bool mask as 0/1 floats, in the form each export mode takes (a
+    table lookup in int16x8 files, which have no select or float cast)."""
+    return core._mask_as_multiplier(mask)
+
+
+def _check_batch(inputs, state, name):
+    """A `ValueError` when the static batch sizes of the step's input and
+    one of its states differ (eager calls; symbolic ones have `None`)."""
+    got, want = inputs.shape[0], state.shape[0]
+    if isinstance(got, int) and isinstance(want, int) and got != want:
+        raise ValueError(
+            f"The chunk's batch size ({got}) differs from the state's: "
+            f"state {name!r} has batch {want}. Start a stream of batch {got} "
+            f"from `initial_state({got})`."
+        )
+
+
+def _inner_config(layer):
+    return keras.saving.serialize_keras_object(layer)
+
+
+def _inner_layer(config):
+    return keras.saving.deserialize_keras_object(config)
+
+
+class _StreamStep(keras.layers.Layer):
+    """A step wrapper: holds the offline `layer` as a tracked sublayer, so
+    that the stream shares (and saves) its weights."""
+
+    def __init__(self, layer, **kwargs):
+        if isinstance(layer, dict):
+            layer = _inner_layer(layer)
+        kwargs.setdefault("dtype", layer.dtype_policy)
+        super().__init__(**kwargs)
+        self.layer = layer
+
+    def build(self, *shapes):
+        self.built = True
+
+    def get_config(self):
+        return {**super().get_config(), "layer": _inner_config(self.layer)}
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class FrameCounter(keras.layers.Layer):
+    """The stream's clock: `(B, 1)` steps so far -> the current frame's
+    index (steps minus the `warmup`) and the next count, saturated at
+    `warmup + horizon` (bounded however long the stream runs)."""
+
+    def __init__(self, warmup=0, horizon=1, **kwargs):
+        kwargs["dtype"] = "float32"  # the policy; the counter is int32
+        super().__init__(**kwargs)
+        self.warmup = int(warmup)
+        self.horizon = int(horizon)
+
+    def call(self, counter):
+        counter = ops.cast(counter, "int32")
+        frame = counter - self.warmup
+        following = ops.minimum(counter + 1, self.warmup + self.horizon)
+        return frame, following
+
+    def compute_output_spec(self, counter):
+        return (
+            keras.KerasTensor(counter.shape, "int32"),
+            keras.KerasTensor(counter.shape, "int32"),
+        )
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "warmup": self.warmup,
+            "horizon": self.horizon,
+        }
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class StreamingSTFT(_StreamStep):
+    """`ComplexSTFT(center=False)` one hop at a time: the state is the last
+    `fft_length - frame_step` samples; each hop of `frame_step` samples
+    completes one frame, the transform of the last `fft_length` samples."""
+
+    def call(self, hop, samples):
+        _check_batch(hop, samples, "samples")
+        window = ops.concatenate([samples, ops.cast(hop, samples.dtype)], 1)
+        frame = self.layer(window)  # (B, 1, 2F)
+        return frame, window[:, self.layer.frame_step :]
+
+    def compute_output_spec(self, hop, samples):
+        batch = hop.shape[0]
+        return (
+            keras.KerasTensor(
+                (batch, 1, 2 * self.layer.num_bins), self.layer.compute_dtype
+            ),
+            keras.KerasTensor(samples.shape, samples.dtype),
+        )
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class StreamingISTFT(_StreamStep):
+    """`ComplexISTFT(center=False)` one frame at a time: each frame's
+    windowed inverse DFT is overlap-added onto the state, the tail of the
+    frames before (`fft_length - frame_step` samples), and the first
+    `frame_step` samples, complete now, are divided by the window envelope
+    of the frames that reached them (fewer in the first steps, as at the
+    offline signal's start) and emitted."""
+
+    def __init__(self, layer, **kwargs):
+        super().__init__(layer, **kwargs)
+        step, size = self.layer.frame_step, self.layer.frame_length
+        squares = np.asarray(self.layer._window, "float64") ** 2
+        reach = -(-size // step)  # frames that overlap a sample
+        padded = np.zeros(reach * step)
+        padded[:size] = squares
+        parts = padded.reshape(reach, step)
+        envelopes = np.cumsum(parts, axis=0)  # (reach, step): 1..reach frames
+        peak = sf.overlap_envelope(squares**0.5, step, 2 * reach + 1).max()
+        reached = envelopes > sf.NOLA_TOLERANCE * peak
+        self._inverse = np.where(
+            reached, 1 / np.where(reached, envelopes, 1), 0
+        ).astype("float32")
+        self._reach = reach
+
+    def call(self, frame, tail, index):
+        _check_batch(frame, tail, "tail")
+        layer = self.layer
+        x = ops.cast(frame[:, 0, :], "float32")  # (B, 2F)
+        kernel = ops.concatenate(layer._float32_kernels(), axis=1)  # (fl, 2F)
+        samples = ops.matmul(x, ops.transpose(kernel))  # (B, fl)
+        valid = _multiplier(ops.greater_equal(index, 0))  # (B, 1), 0/1
+        samples = samples * valid
+        step = layer.frame_step
+        added = ops.pad(tail, ((0, 0), (0, step))) + samples  # (B, fl)
+        # The frames that reached the emitted samples: min(index, R-1) + 1.
+        reach = ops.clip(index, 0, self._reach - 1)  # (B, 1)
+        rows = ops.arange(self._reach, dtype="int32")[None, :]
+        pick = _multiplier(ops.equal(rows, reach))  # (B, R), one-hot
+        inverse = ops.matmul(pick, ops.convert_to_tensor(self._inverse))
+        inverse = inverse * valid
+        emitted = added[:, :step] * inverse  # (B, step)
+        return ops.cast(emitted, layer.compute_dtype), added[:, step:]
+
+    def compute_output_spec(self, frame, tail, index):
+        return (
+            keras.KerasTensor(
+                (frame.shape[0], self.layer.frame_step),
+                self.layer.compute_dtype,
+            ),
+            keras.KerasTensor(tail.shape, tail.dtype),
+        )
+
+
+def _rotate(attention, x, start):
+    if attention.rotary is None:
+        return x
+    return attention.rotary(x, start_index=start)
+
+
+def attention_step(attention, x, keys, values, index, window):
+    """One step of a causal sliding-window self-attention: `x` `(B, 1,
+    2E)`, the buffers of the last `window - 1` frames' projected keys
+    `(B, W-1, N, 2H)` (before any rotary encoding) and values; returns
+    the output `(B, 1, 2O)` and the new buffers. With rotary positions the
+    window's keys take positions `0 .. W-1` and the query `W-1`: the
+    scores depend on `t - s` only, so the positions never grow."""
+    q = attention._project_to_heads(attention.query_dense, x, attention.key_dim)
+    k = attention._project_to_heads(attention.key_dense, x, attention.key_dim)
+    v = attention._project_to_heads(
+        attention.value_dense, x, attention.value_dim
+    )
+    if keys is not None:
+        k = ops.concatenate([ops.cast(keys, k.dtype), k], axis=1)
+        v = ops.concatenate([ops.cast(values, v.dtype), v], axis=1)
+    q = _rotate(attention, q, window - 1)
+    rotated = _rotate(attention, k, 0)
+    # Slot j holds the frame j - (W - 1) steps back: attended if that
+    # frame exists (index >= W - 1 - j); the current frame always.
+    slots = ops.arange(window, dtype="int32")[None, :]  # (1, W)
+    seen = ops.greater_equal(index + slots, window - 1)  # (B, W)
+    seen = ops.logical_or(seen, ops.equal(slots, window - 1))
+    mask = ops.expand_dims(seen, (1, 2))  # (B, 1, 1, W)
+    outputs, _ = attention._compute_attention(q, rotated, v, mask, False)
+    outputs = attention._project_from_heads(outputs)
+    if keys is None:
+        return outputs, None, None
+    return outputs, k[:, 1:], v[:, 1:]
+
+
+def _with_states(output, keys, values):
+    if keys is None:
+        return output
+    return (
+        output,
+        keras.KerasTensor(keys.shape, keys.dtype),
+        keras.KerasTensor(values.shape, values.dtype),
+    )
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class StreamingAttention(_StreamStep):
+    """A `ComplexMultiHeadAttention` called as causal self-attention with
+    a `sliding_window` W, one frame at a time: the state is the projected
+    keys and values of the last W - 1 frames."""
+
+    def call(self, x, keys=None, values=None, index=None):
+        window = self.layer.sliding_window
+        if keys is None:  # W = 1
+            return attention_step(self.layer, x, None, None, index, 1)[0]
+        _check_batch(x, keys, "keys")
+        return attention_step(self.layer, x, keys, values, index, window)
+
+    def compute_output_spec(self, x, keys=None, values=None, index=None):
+        shape = self.layer.compute_output_shape(x.shape, x.shape)
+        output = keras.KerasTensor(shape, self.layer.compute_dtype)
+        return _with_states(output, keys, values)
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class StreamingEncoder(_StreamStep):
+    """A `ComplexTransformerEncoder` with a `sliding_window`, one frame at
+    a time: its self-attention as `StreamingAttention`, the rest (norms,
+    residuals, the feed-forward network) per frame."""
+
+    def call(self, x, keys=None, values=None, index=None):
+        if keys is not None:
+            _check_batch(x, keys, "keys")
+        block = self.layer
+        attention = block.self_attention
+        window = attention.sliding_window
+        state = []
+
+        def attend(h):
+            out, *new = attention_step(
+                attention,
+                h,
+                keys,
+                values,
+                index,
+                window if keys is not None else 1,
+            )
+            state.extend(new)
+            return out
+
+        x, _ = block._residual(x, block.self_attention_norm, attend)
+        x, _ = block._residual(
+            x, block.feedforward_norm, lambda h: block._feedforward(h, False)
+        )
+        return x if keys is None else (x, state[0], state[1])
+
+    def compute_output_spec(self, x, keys=None, values=None, index=None):
+        output = keras.KerasTensor(x.shape, self.layer.compute_dtype)
+        return _with_states(output, keys, values)
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class StreamingConv1D(_StreamStep):
+    """A `ComplexConv1D` with `padding="causal"` and `strides=1`, one frame
+    at a time: the state is the last `dilation_rate * (kernel_size - 1)`
+    input frames (zeros before the stream, as the causal padding; the
+    frames of a `ComplexSTFT`'s warm-up enter as zeros too)."""
+
+    def call(self, x, frames, index):
+        _check_batch(x, frames, "frames")
+        valid = ops.expand_dims(_multiplier(ops.greater_equal(index, 0)), -1)
+        x = x * ops.cast(valid, x.dtype)
+        window = ops.concatenate([ops.cast(frames, x.dtype), x], axis=1)
+        outputs = self.layer(window)[:, -1:]  # the last output: this frame's
+        return outputs, window[:, 1:]
+
+    def compute_output_spec(self, x, frames, index):
+        shape = self.layer.compute_output_shape(x.shape)
+        return (
+            keras.KerasTensor(shape, self.layer.compute_dtype),
+            keras.KerasTensor(frames.shape, frames.dtype),
+        )
