@@ -21,6 +21,25 @@ input of `--data MUSICNET.npz`, MusicNet's preprocessed features).
 sampled instruments; the `music` extra), held-out AP on its test works:
 not comparable to MusicNet's published numbers.
 
+`--streaming W` trains the same model in its streamable configuration:
+every attention causal over the last `W` frames (`music_classifier(...,
+sliding_window=W)`, rotary positions relative to the window) after an
+uncentred STFT (`ComplexSTFT(..., center=False)`: `synthetic_music`'s
+already is; `--data scores` is rendered with labels at the uncentred
+frames' centres), with the same data and recipe otherwise; `--frame-step
+N` (a divisor of the frame length) makes its frames overlap, N samples
+apart (the labels follow the frames). Besides the offline files it writes
+the streaming file `music_classifier_stream.tflite`
+(`cvattn_keras.streaming.to_streaming`, static batch 1: one hop of N
+samples in, one frame of note logits out, the state carried outside the
+file), the same in each `--modes` mode (`music_classifier_stream_MODE
+.tflite`, the calibrated ones calibrated on streamed states), verifies
+each on LiteRT against the Keras stream (`TFLiteStream` against
+`run_stream`: the max relative error over held-out clips, the held-out AP
+of the streamed frames, ms per hop) and writes `music_classifier_stream
+.json`, what `examples/transcribe.py AUDIO.wav --stream --model
+OUTPUT/music_classifier_stream.tflite` needs to feed it hop by hop.
+
 The model is the paper's architecture (`--size paper`: exactly the
 reference's, trained with its recipe: Adam 1e-4, batch 35, BCE with logits,
 the learning rate halved after 2 epochs without a better validation AP) or
@@ -30,6 +49,7 @@ Run:  python examples/train_music.py [--softmax real] [--product inner]
           [--epochs N] [--size small|paper] [--input waveform|spectra]
           [--data scores|MUSICNET.npz]
           [--output examples/output] [--modes float32,...|all|none] [--smoke]
+          [--streaming W [--frame-step N]]
 
 It ends with a table of the TFLite files of every quantization mode
 (`--modes`): file size, weight data, the held-out AP measured on the LiteRT
@@ -154,7 +174,33 @@ def parse_args(argv=None):
     parser.add_argument(
         "--smoke", action="store_true", help="a seconds-long run (tests)"
     )
+    parser.add_argument(
+        "--streaming",
+        type=int,
+        default=None,
+        metavar="W",
+        help="train the streamable model (causal attention over the last W "
+        "frames, an uncentred STFT) and export the streaming file "
+        "music_classifier_stream.tflite (one hop in, one frame out) beside "
+        "the offline one",
+    )
+    parser.add_argument(
+        "--frame-step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --streaming and audio: the STFT's hop in samples, a "
+        "divisor of its frame length (default: the data's; 256, the frame "
+        "length, for synthetic_music; 512 for scores)",
+    )
     args = parser.parse_args(argv)
+    if args.streaming is not None and args.streaming < 1:
+        parser.error(
+            f"--streaming must be a window of >= 1 frames. Received: "
+            f"--streaming {args.streaming}"
+        )
+    if args.frame_step is not None and args.streaming is None:
+        parser.error("--frame-step goes with --streaming")
     if args.modes is None:
         args.modes = "float32,full_int8" if args.smoke else "all"
     args.modes = parse_modes(parser, args.modes)
@@ -171,12 +217,43 @@ def parse_args(argv=None):
             "--data scores is audio: the model takes it through its STFT "
             "(--input waveform). Received: --input spectra"
         )
+    if args.frame_step is not None and args.input != "waveform":
+        parser.error(
+            "--frame-step sets the model's STFT: it needs --input waveform"
+        )
     if args.smoke:
         args.size, args.samples, args.epochs = "tiny", 48, 1
     for name, value in RECIPES[args.size].items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.frame_step is not None:
+        # The frame length of the data's STFT: score_music's, or
+        # synthetic_music's 2 * bins.
+        length = 2048 if args.data == "scores" else 2 * _bins(args)
+        if args.frame_step < 1 or length % args.frame_step:
+            parser.error(
+                f"--frame-step must divide the frame length, {length} "
+                f"samples. Received: --frame-step {args.frame_step}"
+            )
     return args
+
+
+def _bins(args):
+    """synthetic_music's bins for this run."""
+    return 2048 if args.size == "paper" else 128
+
+
+def streaming_stft(stft, frame_step=None):
+    """`stft` (a `ComplexSTFT`) uncentred, the first layer of a streamable
+    model, with `frame_step` as its hop if given; itself when it already
+    is."""
+    config = stft.get_config()
+    changes = dict(center=False)
+    if frame_step is not None:
+        changes["frame_step"] = frame_step
+    if all(config[k] == v for k, v in changes.items()):
+        return stft
+    return type(stft).from_config({**config, **changes})
 
 
 # synthetic_music's sample rate and lowest note, as this example draws it.
@@ -188,6 +265,13 @@ def load_scores(args):
     """`score_music`'s train split and its test split (held-out works),
     the STFT of its labels, its sample rate and lowest note."""
     size = dict(minutes=0.2, clip_seconds=3.0) if args.smoke else {}
+    if args.streaming is not None:
+        # score_music's default STFT uncentred: labels at the frames'
+        # centres, t * hop + fft_length // 2.
+        size["stft"] = streaming_stft(
+            cvk.layers.ComplexSTFT(2048, 512, bins=(0, 640), name="stft"),
+            args.frame_step,
+        )
     train, test = (
         cvk.datasets.score_music(split, seed=args.seed, **size)
         for split in ("train", "test")
@@ -218,6 +302,13 @@ def load_data(args):
     else:
         # The paper's front end needs the paper's 2048 bins and 64 frames.
         size = dict(bins=2048, frames=64) if args.size == "paper" else {}
+        if args.input == "waveform":
+            stft = cvk.datasets.synthetic_music_stft(_bins(args))
+            if args.streaming is not None:
+                # Uncentred already; overlapping frames with --frame-step
+                # (the labels follow the frames).
+                stft = streaming_stft(stft, args.frame_step)
+                size["stft"] = stft
         x, y = cvk.datasets.synthetic_music(
             num_samples=args.samples + args.samples // 4,
             seed=args.seed,
@@ -226,8 +317,6 @@ def load_data(args):
             output=args.input,
             **size,
         )
-        if args.input == "waveform":
-            stft = cvk.datasets.synthetic_music_stft(size.get("bins", 128))
     split = len(x) - max(1, len(x) // 5)
     return (x[:split], y[:split]), (x[split:], y[split:]), stft, audio
 
@@ -242,6 +331,7 @@ def describe_file(model, stft, sample_rate, lowest_note):
         samples=int(model.input_shape[1]),
         frames=int(model.output_shape[1]),
         frame_step=stft.frame_step,
+        fft_length=stft.fft_length,
         # Frame t is centred on sample t * frame_step + first_centre.
         first_centre=0 if stft.center else stft.fft_length // 2,
         lowest_note=lowest_note,
@@ -253,7 +343,11 @@ def describe_file(model, stft, sample_rate, lowest_note):
 def attention_map(model, x):
     """The first encoder layer's weights for one sample: |W| (T, S),
     averaged over heads."""
-    positions = keras.Model(model.input, model.get_layer("positions").output)
+    names = [layer.name for layer in model.layers]
+    # Rotary positions (a sliding window) are inside the attention: the
+    # encoder takes the embedding.
+    before = "positions" if "positions" in names else "embedding"
+    positions = keras.Model(model.input, model.get_layer(before).output)
     encoder = model.get_layer("encoder_0")
     _, scores = encoder(positions(x[:1]), return_attention_scores=True)
     scores = keras.ops.convert_to_numpy(scores)[0]  # (N, T, 2S)
@@ -355,6 +449,155 @@ def format_modes(rows):
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------
+# --streaming: the streaming file.
+# ----------------------------------------------------------------------
+
+
+def stream_chunks(stream, x):
+    """Clips `x` as a stream takes them, `(clips, steps, *chunk_shape)`:
+    waveforms `(clips, samples)` cut into hops, spectra `(clips, frames,
+    D)` into frames."""
+    shape = stream.chunk_shape
+    if len(shape) == 1:  # hops of samples
+        steps = x.shape[1] // shape[0]
+        return x[:, : steps * shape[0]].reshape(len(x), steps, shape[0])
+    return x[:, :, None, :]
+
+
+def run_stream_file(runner, clip):
+    """One clip `(steps, *chunk_shape)` through a `TFLiteStream` from its
+    zero state: the outputs `(steps, notes)` and each step's seconds."""
+    runner.reset()
+    outputs, seconds = [], []
+    for chunk in clip:
+        start = time.perf_counter()
+        out = runner.step(chunk[None])
+        seconds.append(time.perf_counter() - start)
+        outputs.append(out.reshape(-1))
+    return np.stack(outputs), np.array(seconds)
+
+
+def streaming_files(model, args, x, x_test, y_test, keras_ap):
+    """Exports the streaming file of `model` (float32, then each of
+    `--modes`), checks each on LiteRT against the Keras stream and
+    measures it: one row per mode, and the stream."""
+    stream = cvk.streaming.to_streaming(model)
+    warmup = stream.warmup_steps
+    clips = stream_chunks(stream, x_test)
+    # The Keras stream of a few held-out clips, the files' reference: it
+    # equals the offline model after its warm-up.
+    count = 2 if args.smoke else 4
+    want, _ = cvk.streaming.run_stream(stream, clips[:count])
+    offline = keras.ops.convert_to_numpy(model(x_test[:count]))
+    scale = np.abs(want).max()
+    print(
+        f"\nstream: {len(stream.inputs) - 1} state tensors "
+        f"({state_bytes(stream) / 1024:.1f} KiB), chunk "
+        f"{stream.chunk_shape}, {warmup} warm-up step(s); Keras stream vs "
+        "offline model after the warm-up: max rel error "
+        f"{np.abs(want[:, warmup:] - offline).max() / scale:.2e}"
+    )
+    calibration = None
+    rows = []
+    modes = ["float32"] + [m for m in args.modes if m != "float32"]
+    for mode in modes:
+        suffix = "" if mode == "float32" else f"_{mode}"
+        path = os.path.join(
+            args.output, f"music_classifier_stream{suffix}.tflite"
+        )
+        quantization = MODES[mode]
+        calibrated = quantization in ("int8", "full_int8", "int16x8")
+        if calibrated and calibration is None:
+            # Every step of typical clips, with the states they carry.
+            calibration = cvk.streaming.calibration_data(
+                stream, stream_chunks(stream, x[: 4 if args.smoke else 16])
+            )
+        try:
+            cvk.export.export_tflite(
+                stream,
+                path,
+                quantization=quantization,
+                representative_data=calibration if calibrated else None,
+                batch_size=1,
+            )
+        except (RuntimeError, ValueError) as error:
+            first = (str(error).strip().splitlines() or ["?"])[0]
+            rows.append(dict(mode=mode, error=first[:200]))
+            continue
+        runner = cvk.export.TFLiteStream(path, num_threads=1)
+        got = np.stack([run_stream_file(runner, c)[0] for c in clips[:count]])
+        error = float(np.abs(got - want).max() / scale)
+        metric = cvk.metrics.MicroAveragedPrecision()
+        seconds = []
+        for clip, labels in zip(clips, y_test):
+            logits, times = run_stream_file(runner, clip)
+            metric.update_state(labels[None], logits[None, warmup:])
+            seconds.append(times)
+        ap = float(metric.result())
+        rows.append(
+            dict(
+                mode=mode,
+                path=path,
+                size_kib=os.path.getsize(path) / 1024,
+                error=error,
+                ap=ap,
+                change=round(100 * (ap - keras_ap), 2) + 0.0,
+                hop_ms=1000 * float(np.median(np.concatenate(seconds))),
+            )
+        )
+    return rows, stream
+
+
+def state_bytes(stream):
+    """The bytes of one stream's state (batch 1)."""
+    return sum(s.nbytes for s in stream.initial_state(1))
+
+
+def format_stream_modes(rows):
+    lines = [
+        "| mode | file (KiB) | max rel error vs Keras stream | held-out AP "
+        "(LiteRT, streamed) | vs Keras offline (AP points) | ms per hop "
+        "(median, 1 thread) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        if isinstance(r["error"], str):
+            lines.append(f"| {r['mode']} | export failed: {r['error']} |")
+            continue
+        lines.append(
+            f"| {r['mode']} | {r['size_kib']:.0f} | {r['error']:.2e} | "
+            f"{r['ap']:.3f} | {r['change']:+.2f} | {r['hop_ms']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def describe_stream(stream, stft, sample_rate, lowest_note, window):
+    """What the streaming waveform file takes and gives, for
+    `transcribe.py --stream` (and an app)."""
+    return dict(
+        input="waveform",
+        stream=True,
+        sample_rate=sample_rate,
+        # One step: `chunk` float32 (1, frame_step) samples in.
+        chunk=stft.frame_step,
+        frame_step=stft.frame_step,
+        fft_length=stft.fft_length,
+        # Step k gives frame k - warmup_steps, which covers the samples
+        # [f * frame_step, f * frame_step + fft_length), centred on
+        # first_centre + f * frame_step.
+        warmup_steps=stream.warmup_steps,
+        first_centre=stft.fft_length // 2,
+        sliding_window=window,
+        lowest_note=lowest_note,
+        notes=int(stream.outputs[0].shape[-1]),
+        inputs=[t.name for t in stream.inputs],
+        outputs="output_0: the frame's note logits (1, 1, notes), "
+        "probability sigmoid(logit); output_1...: the next state, in the "
+        "inputs' order after chunk",
+    )
+
+
 def main(argv=None):
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
@@ -385,6 +628,7 @@ def main(argv=None):
         notes=notes,
         softmax=args.softmax,
         product=args.product,
+        sliding_window=args.streaming,
         **SIZES[args.size],
     )
     model.compile(
@@ -455,6 +699,32 @@ def main(argv=None):
         print(f"\nTFLite files, held-out AP on LiteRT:\n{table}")
         with open(os.path.join(args.output, "tflite_modes.md"), "w") as f:
             f.write(table + "\n")
+    if args.streaming is not None:
+        rows, stream = streaming_files(model, args, x, x_test, y_test, ap)
+        table = format_stream_modes(rows)
+        print(f"\nStreaming files, one hop a step on LiteRT:\n{table}")
+        with open(os.path.join(args.output, "stream_modes.md"), "w") as f:
+            f.write(table + "\n")
+        if stft is not None:
+            description = os.path.join(
+                args.output, "music_classifier_stream.json"
+            )
+            with open(description, "w") as f:
+                json.dump(
+                    describe_stream(
+                        stream, stft, **audio, window=args.streaming
+                    ),
+                    f,
+                    indent=2,
+                )
+            print(
+                f"{description}: what the streaming file takes; the "
+                f"algorithmic latency of a frame is its span, "
+                f"{1000 * stft.fft_length / audio['sample_rate']:.0f} ms. "
+                "Transcribe a WAV file hop by hop:\n  python "
+                "examples/transcribe.py AUDIO.wav --stream --model "
+                f"{rows[0].get('path')}"
+            )
 
     prediction = keras.ops.convert_to_numpy(model(x_test[:1]))[0] > 0
     figure_path = os.path.join(args.output, "train_music.png")
