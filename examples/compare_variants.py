@@ -30,6 +30,26 @@ take the waveform (their first layer the STFT, frozen). Two tasks
   the previous frame on, and generating from their own outputs scores far
   lower.
 
+`--data scores --streaming`, what causality costs (a model that streams
+frame by frame must attend causally, over a window): transcription only,
+the model of `--variants` (default `realip`, CAtt) and the real baseline,
+each bidirectional with sinusoidal positions (the paper's models, as
+above), bidirectional with rotary positions, and causal with a sliding
+window of W frames for each of `--windows` (default 16 32 64; rotary, the
+configuration `streaming.to_streaming` streams). Each causal model is
+scored on the test windows and again streamed: its weights run over each
+whole test clip, so that every frame sees its full window of past frames.
+The table gives held-out AP (mean +- std over seeds) and the paired
+difference by seed, causal minus bidirectional with the same (rotary)
+positions, rotary minus sinusoidal, with its 95% t interval. The real
+baseline with a window is `real_classifier` here (`real_music_classifier`
+rebuilt, tested equal): `keras.layers.MultiHeadAttention(sliding_window=W)`
+called with `use_causal_mask=True`, the band t - W < s <= t of
+`ComplexMultiHeadAttention(sliding_window=W)`, and rotary positions by
+`RotaryMultiHeadAttention`. It writes `streaming.md` and `runs.json`,
+rewritten after each seed (all models seed by seed), so that a run stopped
+early leaves the seeds done, labelled partial.
+
 It writes a markdown table per task (mean +- std over seeds) and a JSON of
 every run's numbers under `--output` (a folder). Measured on a shared
 2-core CPU (other jobs running): a transcription run of one variant, 8
@@ -44,6 +64,9 @@ Run:  python examples/compare_variants.py [--epochs 10] [--seeds 3]
           [--task transcription|generation|both] [--epochs N] [--seeds 3]
           [--frames 64] [--train-minutes M] [--test-minutes M]
           [--output examples/output/compare_variants_scores] [--smoke]
+      python examples/compare_variants.py --data scores --streaming
+          [--windows 16 32 64] [--variants realip] [--seeds 3] ...
+          [--output examples/output/compare_variants_streaming] [--smoke]
 """
 
 import argparse
@@ -444,6 +467,8 @@ def score_command(args):
     ]
     if args.variants:
         words += ["--variants", *args.variants]
+    if getattr(args, "streaming", False):
+        words += ["--streaming", "--windows", *map(str, args.windows)]
     return shlex.join(words)
 
 
@@ -680,9 +705,492 @@ def parse_variants(names):
 
 
 # ----------------------------------------------------------------------
+# --data scores --streaming: what causality costs
+# ----------------------------------------------------------------------
+
+# The causal windows compared with bidirectional attention: a window of W
+# frames is W / 31.25 s of context per layer (0.5, 1.0 and 2.0 s).
+WINDOWS = (16, 32, 64)
+# --smoke: 16-frame windows.
+WINDOWS_SMOKE = (4,)
+# The complex model's rotary positions (`music_classifier(positions=
+# "rotary")`: `rotary_max_wavelength=10000`), mirrored in the real one.
+ROTARY_WAVELENGTH = 10000.0
+STREAMING_CAVEATS = (
+    "Each causal model is scored twice: on the test windows, as the "
+    "bidirectional ones are (its frame t sees only frames max(0, t - W + 1) "
+    "to t of the window), and *streamed*: the same weights run over each "
+    "whole test clip ({clip:g} s), scored on the same frames, so that every "
+    "frame sees up to W frames of its past (through the stacked encoders, "
+    "up to 2W - 1), as it would in a stream (`streaming.to_streaming`; "
+    "the encoders' rotary positions are relative, so a longer input is the "
+    "same model). Both runs keep the recipe's centred STFT, whose 512-point "
+    "frames look 256 samples (32 ms) ahead whatever the attention; a "
+    "streaming model takes `ComplexSTFT(center=False)`. No look-ahead: "
+    "`sliding_window` offers none."
+)
 
 
-SCORE_ONLY = ("task", "frames", "train_minutes", "test_minutes", "cache_dir")
+def rotate(x, max_wavelength=ROTARY_WAVELENGTH):
+    """Rotary positions of projected queries or keys `(B, T, N, H)`: the
+    channel pair `(j, j + H // 2)` at position `t` turned by the angle
+    `t * max_wavelength ** (-2 j / H)`, `j < H // 2` (the real counterpart
+    of the complex model's rotary encoding, whose complex channel `j` of
+    `H / 2` turns by `t * w ** (-j / (H / 2))`); the last channel of an odd
+    `H` is left as it is."""
+    ops = keras.ops
+    pairs = x.shape[-1] // 2
+    positions = ops.cast(ops.arange(ops.shape(x)[1]), "float32")
+    frequencies = max_wavelength ** (-2.0 * np.arange(pairs) / x.shape[-1])
+    angles = positions[:, None] * frequencies.astype("float32")[None]
+    cos = ops.cast(ops.cos(angles), x.dtype)[None, :, None]
+    sin = ops.cast(ops.sin(angles), x.dtype)[None, :, None]
+    first, second = x[..., :pairs], x[..., pairs : 2 * pairs]
+    return ops.concatenate(
+        [first * cos - second * sin, second * cos + first * sin]
+        + ([x[..., 2 * pairs :]] if x.shape[-1] % 2 else []),
+        axis=-1,
+    )
+
+
+class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
+    """`keras.layers.MultiHeadAttention` with rotary positions: the
+    projected queries and keys rotated (`rotate`) before their product."""
+
+    def _compute_attention(self, query, key, value, *args, **kwargs):
+        return super()._compute_attention(
+            rotate(query), rotate(key), value, *args, **kwargs
+        )
+
+
+def real_classifier(
+    frames,
+    notes,
+    stft,
+    embed_dim,
+    num_heads,
+    num_layers,
+    head_dim,
+    frontend_filters,
+    frontend_kernel_sizes,
+    frontend_strides=2,
+    sliding_window=None,
+    positions="sinusoidal",
+    dropout=0.1,
+    feedforward_dropout=0.1,
+    layer_norm_epsilon=1e-3,
+):
+    """`models.real_music_classifier` from waveforms (the same layers,
+    names and weights; tested equal), with two options of its attention:
+
+    - `sliding_window=W`: every encoder's `keras.layers.MultiHeadAttention
+      (sliding_window=W)` is called with `use_causal_mask=True`, so that
+      frame `t` sees frames `t - W < s <= t` (the band of
+      `ComplexMultiHeadAttention(sliding_window=W)`);
+    - `positions="rotary"`: no sinusoidal positions; the encoders rotate
+      their queries and keys instead (`RotaryMultiHeadAttention`), as the
+      complex model does with `positions="rotary"`.
+
+    `frames=None` takes waveforms of any length."""
+    layers = keras.layers
+    if not isinstance(stft, cvk.layers.ComplexSTFT):
+        stft = cvk.layers.ComplexSTFT.from_config({"name": "stft", **stft})
+    samples = (
+        None if frames is None else cvk.models.waveform_length(stft, frames)
+    )
+    waveform = keras.Input((samples,), name="waveform")
+    spectra = stft(waveform)
+    bins = spectra.shape[-1] // 2
+    x = layers.Reshape((-1, 2, bins), name="frames_as_signals")(spectra)
+    x = layers.Permute((1, 3, 2), name="channels_last")(x)
+    strides = (frontend_strides,) * len(frontend_filters)
+    for i, (channels, kernel, stride) in enumerate(
+        zip(frontend_filters, frontend_kernel_sizes, strides)
+    ):
+        x = layers.TimeDistributed(
+            layers.Conv1D(channels, kernel, strides=stride),
+            name=f"frontend_conv_{i}",
+        )(x)
+        x = layers.BatchNormalization(name=f"frontend_norm_{i}")(x)
+        x = layers.LeakyReLU(0.01, name=f"frontend_act_{i}")(x)
+    x = layers.TimeDistributed(layers.Flatten(), name="frontend_flatten")(x)
+    x = layers.Dense(embed_dim, name="embedding")(x)
+    if positions == "sinusoidal":
+        x = cvk.layers.SinusoidalPositionalEncoding(name="positions")(x)
+    attention_class = (
+        RotaryMultiHeadAttention
+        if positions == "rotary"
+        else layers.MultiHeadAttention
+    )
+    for i in range(num_layers):
+        attention = attention_class(
+            num_heads,
+            embed_dim // num_heads,
+            dropout=dropout,
+            sliding_window=sliding_window,
+            name=f"encoder_{i}_attention",
+        )(x, x, use_causal_mask=sliding_window is not None)
+        x = layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_1"
+        )(layers.Add()([x, attention]))
+        h = layers.Dense(embed_dim, name=f"encoder_{i}_in")(x)
+        h = layers.LeakyReLU(0.01)(h)
+        h = layers.Dropout(feedforward_dropout)(h)
+        h = layers.Dense(embed_dim, name=f"encoder_{i}_out")(h)
+        x = layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_2"
+        )(layers.Add()([x, h]))
+    x = layers.Dense(head_dim, name="head_dense")(x)
+    x = layers.LeakyReLU(0.01, name="head_act")(x)
+    x = layers.Dropout(dropout, name="head_dropout")(x)
+    logits = layers.Dense(notes, name="note_logits")(x)
+    return keras.Model(waveform, logits, name="real_music_classifier")
+
+
+def streaming_configs(variants, size, args, transform):
+    """The runs of `--streaming`, per model: bidirectional with sinusoidal
+    positions (the paper's; the rows of the transcription table), then
+    with rotary positions, then causal with each window (rotary). Each
+    is `dict(model, attention, window, positions, reference, build)`,
+    `build(frames)` a new model (`frames=None`: any length), `reference`
+    the `(window, positions)` its paired difference is taken against
+    (`None` for the first)."""
+    config = transform.get_config()
+    families = [
+        (
+            f"{softmax} / {product}",
+            lambda frames, window, positions, s=softmax, p=product: (
+                cvk.models.music_classifier(
+                    frames=frames,
+                    notes=SCORES["notes"],
+                    stft=config,
+                    softmax=s,
+                    product=p,
+                    sliding_window=window,
+                    positions=positions,
+                    **size,
+                )
+            ),
+        )
+        for softmax, product in variants
+    ]
+    families.append(
+        (
+            "real baseline",
+            lambda frames, window, positions: real_classifier(
+                frames,
+                SCORES["notes"],
+                config,
+                sliding_window=window,
+                positions=positions,
+                **real_size(size),
+            ),
+        )
+    )
+    runs = []
+    for model, build in families:
+        settings = [
+            (None, "sinusoidal", None),
+            (None, "rotary", (None, "sinusoidal")),
+        ] + [(w, "rotary", (None, "rotary")) for w in args.windows]
+        for window, positions, reference in settings:
+            runs.append(
+                dict(
+                    model=model,
+                    attention="bidirectional"
+                    if window is None
+                    else f"causal, W = {window}",
+                    window=window,
+                    positions=positions,
+                    reference=reference,
+                    build=lambda frames, b=build, w=window, p=positions: b(
+                        frames, w, p
+                    ),
+                )
+            )
+    return runs
+
+
+def run_streaming_one(run, windows, clips, args, seed, frame_rate):
+    """Trains one model of `--streaming`; its scores on the test windows
+    and, causal, streamed over the whole test clips (`clips`: the audio
+    and each test window's `(clip, first frame)`)."""
+    (x, y), (x_test, y_test) = windows["train"], windows["test"]
+    keras.utils.set_random_seed(seed)
+    model = run["build"](args.frames)
+    _compile(model, args)
+    start = time.perf_counter()
+    model.fit(x, y, epochs=args.epochs, batch_size=args.batch_size, verbose=0)
+
+    def score(logits):
+        return cvk.metrics.transcription_scores(
+            y_test,
+            sigmoid(logits),
+            frame_rate,
+            lowest_note=SCORES["lowest_note"],
+        )
+
+    scores = score(predict(model, x_test))
+    if run["window"] is not None:
+        whole = run["build"](None)
+        whole.set_weights(model.get_weights())
+        audio, where = clips
+        logits = predict(whole, audio)
+        streamed = np.stack([logits[c, f : f + args.frames] for c, f in where])
+        scores.update({f"{k}_streamed": v for k, v in score(streamed).items()})
+    return scores, time.perf_counter() - start, trainable(model)
+
+
+def paired(runs, references, key):
+    """The paired difference `runs - references` of `key` over the seeds:
+    `(mean, half width of its 95% t interval)`; `nan` width for one
+    seed."""
+    from scipy import stats
+
+    d = np.array([r[key] for r in runs]) - [r[key] for r in references]
+    if len(d) < 2:
+        return float(d.mean()), float("nan")
+    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    return float(d.mean()), float(half)
+
+
+def _interval(mean, half):
+    if np.isnan(half):
+        return f"{mean:+.3f}"
+    return f"{mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]"
+
+
+def streaming_summary(configs, results):
+    """Per run: the mean and std of AP (windows, streamed) over the seeds
+    and the paired differences against its reference."""
+    found = {
+        (c["model"], c["window"], c["positions"]): r
+        for c, r in zip(configs, results)
+    }
+    rows = []
+    for config, runs in zip(configs, results):
+        row = dict(
+            model=config["model"],
+            attention=config["attention"],
+            window=config["window"],
+            positions=config["positions"],
+            seeds=len(runs),
+            parameters=runs[0]["parameters"],
+            seconds=float(np.mean([r["seconds"] for r in runs])),
+        )
+        for key in ("ap", "note_f1", "ap_streamed"):
+            if key in runs[0]:
+                values = [r[key] for r in runs]
+                row[key] = (float(np.mean(values)), float(np.std(values)))
+        if config["reference"] is not None:
+            window, positions = config["reference"]
+            reference = found[(config["model"], window, positions)]
+            row["reference"] = (
+                "bidirectional, " + positions
+                if window is None
+                else f"causal, W = {window}"
+            )
+            row["difference"] = paired(runs, reference, "ap")
+            if "ap_streamed" in runs[0]:
+                streamed = [dict(ap=r["ap_streamed"]) for r in runs]
+                row["difference_streamed"] = paired(streamed, reference, "ap")
+        rows.append(row)
+    return rows
+
+
+def streaming_table(rows, args, counts, chance, seeds):
+    """The markdown table of `--streaming` over the first `seeds` of
+    `args.seeds` (a partial table while the run goes on)."""
+    partial = (
+        f" (**partial: {seeds} of the {args.seeds} seeds asked for**)"
+        if seeds < args.seeds
+        else ""
+    )
+    caption = (
+        "Held-out AP on `score_music`'s test works (transcription of every "
+        f"frame): {counts['train']} training and {counts['test']} test "
+        f"windows of {args.frames} frames ({args.train_minutes:g} and "
+        f"{args.test_minutes:g} minutes), {args.epochs} "
+        f"epoch{'s' * (args.epochs != 1)}, mean +- std over {seeds} "
+        f"seed(s){partial}; the difference is the mean of the paired "
+        f"differences (the same seed, `keras.utils.set_random_seed`) against "
+        f"the row named, with its 95% t interval over the seeds "
+        f"[low, high]. A constant predictor's "
+        f"AP is {chance[0]:.3f}; each note's training frequency scores "
+        f"{chance[1]:.3f}. `{score_command(args)}`"
+    )
+    lines = [
+        caption,
+        "",
+        STREAMING_CAVEATS.format(clip=args.clip_seconds),
+        "",
+        "| model | attention | positions | AP (windows) | difference "
+        "(windows) | AP (streamed) | difference (streamed) | against "
+        "| note F1 (windows) | trainable parameters | time per run |",
+        "| --- |" + " --- |" * 10,
+    ]
+    dash = "—"
+    for row in rows:
+        cells = [
+            row["model"],
+            row["attention"],
+            row["positions"],
+            "{:.3f} +- {:.3f}".format(*row["ap"]),
+            _interval(*row["difference"]) if "difference" in row else dash,
+            "{:.3f} +- {:.3f}".format(*row["ap_streamed"])
+            if "ap_streamed" in row
+            else dash,
+            _interval(*row["difference_streamed"])
+            if "difference_streamed" in row
+            else dash,
+            row.get("reference", dash),
+            "{:.3f} +- {:.3f}".format(*row["note_f1"]),
+            f"{row['parameters']:,}",
+            f"{row['seconds']:.0f} s",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run_streaming(args, parser):
+    """`--data scores --streaming`: what causality costs (see the
+    module's docstring)."""
+    if args.task not in (None, "transcription"):
+        parser.error(
+            "--streaming compares transcription only. Received: --task "
+            f"{args.task}"
+        )
+    args.task = "transcription"
+    requested = args.variants
+    transform = check_score_args(parser, args)
+    # CAtt by default (check_score_args' smoke default is for the variants'
+    # table).
+    args.variants = requested or ["realip"]
+    if args.windows is None:
+        args.windows = list(WINDOWS_SMOKE if args.smoke else WINDOWS)
+    if any(w < 1 for w in args.windows):
+        parser.error(
+            f"--windows must be positive. Received: --windows "
+            f"{' '.join(map(str, args.windows))}"
+        )
+    if args.output is None:
+        args.output = os.path.join(
+            "examples", "output", "compare_variants_streaming"
+        )
+    variants = parse_variants(args.variants)
+    size = TINY if args.smoke else SMALL
+    begin = time.perf_counter()
+    with tempfile.TemporaryDirectory() as temporary:
+        if args.smoke and args.cache_dir is None:
+            args.cache_dir = temporary
+        windows, test = load_score_windows(args, transform)
+    _, _, where = cut_windows(test.audio, test.labels, transform, args.frames)
+    clips = (test.audio, where)
+    print(
+        f"score_music: {len(windows['train'][0])} training and "
+        f"{len(windows['test'][0])} test windows of {args.frames} frames, "
+        f"{len(test.audio)} test clips "
+        f"({time.perf_counter() - begin:.0f} s)",
+        flush=True,
+    )
+    configs = streaming_configs(variants, size, args, transform)
+    results = [[] for _ in configs]
+    total, done = args.seeds * len(configs), 0
+    # Seed by seed, so that an interrupted run has every model's first
+    # seeds (runs.json is rewritten after each seed).
+    for seed in range(args.seeds):
+        for config, runs in zip(configs, results):
+            keras.backend.clear_session()
+            scores, seconds, params = run_streaming_one(
+                config, windows, clips, args, seed, test.frame_rate
+            )
+            done += 1
+            runs.append(
+                dict(
+                    model=config["model"],
+                    attention=config["attention"],
+                    window=config["window"],
+                    positions=config["positions"],
+                    seed=seed,
+                    parameters=params,
+                    seconds=seconds,
+                    **scores,
+                )
+            )
+            print(
+                f"[{done}/{total}] {config['model']}, "
+                f"{config['attention']}, {config['positions']}, seed "
+                f"{seed}: AP {scores['ap']:.3f}"
+                + (
+                    f", streamed {scores['ap_streamed']:.3f}"
+                    if "ap_streamed" in scores
+                    else ""
+                )
+                + f" ({seconds:.0f} s)",
+                flush=True,
+            )
+        table, record = _streaming_outputs(
+            configs, results, args, windows, transform, size, begin
+        )
+    print("\n" + table + f"\n\nwritten to {args.output}", flush=True)
+    return record
+
+
+def _streaming_outputs(configs, results, args, windows, transform, size, t0):
+    """Writes `streaming.md` and `runs.json` of the seeds so far."""
+    os.makedirs(args.output, exist_ok=True)
+    counts = {split: len(windows[split][0]) for split in windows}
+    y_test = windows["test"][1]
+    prior = windows["train"][1].mean(axis=(0, 1))
+    chance = (
+        float(np.mean(y_test)),
+        cvk.metrics.average_precision(
+            y_test, np.broadcast_to(prior, y_test.shape)
+        ),
+    )
+    rows = streaming_summary(configs, results)
+    table = streaming_table(rows, args, counts, chance, len(results[0]))
+    with open(os.path.join(args.output, "streaming.md"), "w") as f:
+        f.write(table + "\n")
+    record = dict(
+        command=score_command(args),
+        wall_seconds=time.perf_counter() - t0,
+        seeds_done=len(results[0]),
+        settings=dict(
+            SCORES,
+            epochs=args.epochs,
+            seeds=args.seeds,
+            frames=args.frames,
+            windows=list(args.windows),
+            train_minutes=args.train_minutes,
+            test_minutes=args.test_minutes,
+            clip_seconds=args.clip_seconds,
+            counts=counts,
+            stft=transform.get_config(),
+            size=size,
+            real_size=real_size(size),
+            rotary_max_wavelength=ROTARY_WAVELENGTH,
+        ),
+        chance=dict(label_density=chance[0], note_frequency_ap=chance[1]),
+        summary=rows,
+        runs=[run for runs in results for run in runs],
+    )
+    with open(os.path.join(args.output, "runs.json"), "w") as f:
+        json.dump(record, f, indent=1, default=str)
+    return table, record
+
+
+# ----------------------------------------------------------------------
+
+
+SCORE_ONLY = (
+    "task",
+    "frames",
+    "train_minutes",
+    "test_minutes",
+    "cache_dir",
+    "windows",
+)
 
 
 def main(argv=None):
@@ -752,6 +1260,22 @@ def main(argv=None):
         help="--data scores: score_music's cache_dir (default: its own; "
         "with --smoke a temporary folder)",
     )
+    parser.add_argument(
+        "--streaming",
+        action="store_true",
+        help="--data scores: what causality costs: the model of --variants "
+        "(default realip, CAtt) and the real baseline, bidirectional "
+        "(sinusoidal and rotary positions) against causal sliding windows "
+        "(--windows), transcription only",
+    )
+    parser.add_argument(
+        "--windows",
+        type=int,
+        nargs="+",
+        default=None,
+        help="--streaming: the causal windows in frames (default "
+        f"{' '.join(map(str, WINDOWS))})",
+    )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
     if args.data is not None and args.data != "scores":
@@ -766,12 +1290,16 @@ def main(argv=None):
                 "--samples sizes synthetic_music; --data scores takes "
                 f"--train-minutes. Received: --samples {args.samples}"
             )
+        if args.streaming:
+            return run_streaming(args, parser)
+        if args.windows is not None:
+            parser.error("--windows applies to --streaming only")
         return run_scores(args, parser)
     given = [
         "--" + name.replace("_", "-")
         for name in SCORE_ONLY
         if getattr(args, name) is not None
-    ]
+    ] + ["--streaming"] * args.streaming
     if given:
         parser.error(
             f"{', '.join(given)} "

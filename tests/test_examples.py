@@ -361,6 +361,129 @@ def test_compare_variants_rejects_bad_input(capsys):
         assert message in capsys.readouterr().err
 
 
+def test_compare_variants_streaming_smoke(tmp_path, monkeypatch):
+    """--data scores --streaming --smoke: CAtt and the real baseline,
+    bidirectional (sinusoidal, rotary) and causal; the causal ones also
+    streamed over whole clips; the paired differences against the row
+    each names; the table and runs.json."""
+    import json
+    import math
+
+    monkeypatch.setenv("CVATTN_KERAS_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    record = _main("compare_variants.py")(
+        ["--data", "scores", "--streaming", "--smoke", "--output", str(out)]
+    )
+    assert not (tmp_path / "cache").exists()
+    settings = [
+        ("bidirectional", "sinusoidal", None),
+        ("bidirectional", "rotary", "bidirectional, sinusoidal"),
+        ("causal, W = 4", "rotary", "bidirectional, rotary"),
+    ]
+    rows = record["summary"]
+    assert [(r["model"], r["attention"], r["positions"]) for r in rows] == [
+        (model, attention, positions)
+        for model in ("real / inner", "real baseline")
+        for attention, positions, _ in settings
+    ]
+    for row, (attention, _, reference) in zip(rows, settings * 2):
+        assert row.get("reference") == reference
+        assert ("ap_streamed" in row) == (attention != "bidirectional")
+        assert 0 <= row["ap"][0] <= 1
+        if reference is not None:
+            mean, half = row["difference"]
+            assert abs(mean) <= 1 and math.isnan(half)  # one seed
+    assert record["seeds_done"] == 1 and len(record["runs"]) == 6
+    text = (out / "streaming.md").read_text()
+    assert "--streaming --windows 4" in text
+    assert "| causal, W = 4 | rotary |" in text
+    assert "partial" not in text
+    saved = json.loads((out / "runs.json").read_text())["summary"]
+    assert [r["attention"] for r in saved] == [r["attention"] for r in rows]
+    assert saved[2]["ap_streamed"] == list(rows[2]["ap_streamed"])
+
+
+def test_compare_variants_streaming_models():
+    """The real baseline rebuilt in the example equals
+    `real_music_classifier` (its weights give the same outputs); with a
+    window its attention sees t - W < s <= t; rotary positions make the
+    attention logits depend on t - s only."""
+    import keras
+    import numpy as np
+
+    import cvattn_keras as cvk
+
+    module = runpy.run_path(os.path.join(EXAMPLES, "compare_variants.py"))
+    stft = module["stft"]().get_config()
+    size = module["real_size"](module["TINY"])
+    ours = module["real_classifier"](16, 60, stft, **size)
+    theirs = cvk.models.real_music_classifier(
+        frames=16, notes=60, stft=stft, **size
+    )
+    ours.set_weights(theirs.get_weights())
+    x = np.random.default_rng(0).standard_normal((2, ours.input_shape[1]))
+    np.testing.assert_array_equal(
+        ours.predict(x, verbose=0), theirs.predict(x, verbose=0)
+    )
+
+    windowed = module["real_classifier"](
+        None, 60, stft, sliding_window=3, positions="rotary", **size
+    )
+    attention = windowed.get_layer("encoder_0_attention")
+    assert type(attention).__name__ == "RotaryMultiHeadAttention"
+    assert attention._sliding_window == 3
+    frames = np.zeros((1, 8, size["embed_dim"]), "float32") + 1.0
+    _, scores = attention(
+        frames, frames, use_causal_mask=True, return_attention_scores=True
+    )
+    t, s = np.meshgrid(np.arange(8), np.arange(8), indexing="ij")
+    seen = keras.ops.convert_to_numpy(scores)[0, 0] > 0
+    np.testing.assert_array_equal(seen, (t - 3 < s) & (s <= t))
+
+    # The same query and key at every step: logits Toeplitz (t - s only).
+    rng = np.random.default_rng(1)
+    q = np.broadcast_to(rng.standard_normal((1, 1, 2, 11)), (1, 9, 2, 11))
+    k = np.broadcast_to(rng.standard_normal((1, 1, 2, 11)), (1, 9, 2, 11))
+    rotate = module["rotate"]
+    qr = keras.ops.convert_to_numpy(rotate(keras.ops.convert_to_tensor(q)))
+    kr = keras.ops.convert_to_numpy(rotate(keras.ops.convert_to_tensor(k)))
+    np.testing.assert_allclose(
+        np.linalg.norm(qr, axis=-1), np.linalg.norm(q, axis=-1), rtol=1e-5
+    )
+    logits = np.einsum("bthd,bshd->bhts", qr, kr)[0, 0]
+    for offset in range(-8, 9):
+        diagonal = np.diagonal(logits, offset)
+        np.testing.assert_allclose(diagonal, diagonal[0], atol=1e-4)
+    assert not np.allclose(np.diagonal(logits, 1)[0], logits[0, 0])
+
+    mean, half = module["paired"](
+        [dict(ap=0.5), dict(ap=0.6), dict(ap=0.7)],
+        [dict(ap=0.4), dict(ap=0.4), dict(ap=0.4)],
+        "ap",
+    )
+    # d = 0.1, 0.2, 0.3: mean 0.2, t(0.975, 2) = 4.303 * 0.1 / sqrt(3).
+    assert np.isclose(mean, 0.2) and np.isclose(half, 0.24843, atol=1e-4)
+
+
+def test_compare_variants_streaming_rejects_bad_input(capsys):
+    main = _main("compare_variants.py")
+    for argv, message in (
+        (["--streaming"], "--streaming applies to --data scores only"),
+        (
+            ["--data", "scores", "--streaming", "--task", "generation"],
+            "--streaming compares transcription only",
+        ),
+        (
+            ["--data", "scores", "--streaming", "--windows", "0"],
+            "--windows must be positive",
+        ),
+        (["--data", "scores", "--windows", "8"], "--windows applies to"),
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert message in capsys.readouterr().err
+
+
 def test_modulation():
     results = _main("modulation.py")(["--smoke"])
     assert set(results) == {"complex", "real"}
