@@ -31,9 +31,47 @@ What the file takes (sample rate, samples per window, hop, lowest note)
 comes from the JSON that `train_music.py` writes beside it
 (`music_classifier.json`; `--description` names another).
 
+`--stream` runs the streaming file of `train_music.py --streaming W`
+(`music_classifier_stream.tflite`, described by
+`music_classifier_stream.json`) exactly as a microphone would feed it:
+the WAV file is read in blocks of `--block` samples (default: one hop's
+worth at the file's rate), resampled block by block
+(`soxr.ResampleStream`), cut into hops of the file's chunk size, and each
+hop goes through `cvattn_keras.export.TFLiteStream.step` with the state
+carried. After the last sample the stream is fed silence until every
+frame that hears the file is out (what a microphone would go on
+sending). Step `k` gives frame `k - warmup_steps` (the steps before
+are discarded); frame `f` covers the samples `[f * hop, f * hop +
+fft_length)`. Each note is printed as it is decided: its onset when its
+probability first exceeds `--threshold` for `--min-frames` frames, its
+offset at the first frame below, each with its latency:
+
+- algorithmic: from the first sample of the frame the event is in (the
+  note's first frame, or the first frame below the threshold) to the last
+  sample of the hop whose step decided it, `(fft_length + (decided -
+  event frame) * hop) / rate` when the hop divides `fft_length` (in
+  general `(warmup_steps + 1 + decided - event frame) * hop / rate`): the
+  wait that the frame's span, the warm-up and `--min-frames` cost, with
+  instant compute;
+- input: how much later than that last sample the hop was complete
+  (`--block` and the resampler's filter delay; 0 at the model's rate with
+  blocks of one hop);
+- compute: the measured time of the step that decided it (and, at the
+  end, the median and worst per hop and the real-time factor).
+
+The notes written (CSV, MIDI, roll) are those printed, decoded as the
+offline mode decodes its frames.
+
+Live microphone input is not offered (the `sounddevice` package would
+serve it, but needs the PortAudio system library on Linux); feeding its
+blocks to `stream_notes` is the same loop.
+
 Run:  python examples/train_music.py            # writes the model files
       python examples/transcribe.py AUDIO.wav \\
           --model examples/output/music_classifier.tflite
+      python examples/train_music.py --streaming 16 --frame-step 128
+      python examples/transcribe.py AUDIO.wav --stream \\
+          --model examples/output/music_classifier_stream.tflite
 """
 
 import argparse
@@ -214,6 +252,159 @@ def _dequantize(y, detail):
 
 
 # ----------------------------------------------------------------------
+# The streaming file, hop by hop.
+# ----------------------------------------------------------------------
+
+
+class NoteTracker:
+    """Decides notes frame by frame, as they arrive: a note's onset once
+    its probability has exceeded `threshold` for `min_frames` frames, its
+    offset at the first frame below (the runs of
+    `cvattn_keras.metrics.frames_to_notes`, decided online).
+
+    `frame(f, probabilities)` returns the events that frame decides:
+    `("on", pitch, first_frame, peak)` and `("off", pitch, first_frame,
+    stop_frame, peak)` (`stop_frame` the first frame below); `finish()`
+    ends the notes still sounding after the last frame."""
+
+    def __init__(self, notes, threshold, min_frames, lowest_note):
+        self.threshold, self.min_frames = threshold, min_frames
+        self.lowest_note = lowest_note
+        self.start = [None] * notes  # the current run's first frame
+        self.peak = [0.0] * notes
+        self.frames = 0
+
+    def frame(self, f, probabilities):
+        events = []
+        for n, p in enumerate(probabilities):
+            pitch = self.lowest_note + n
+            if p > self.threshold:
+                if self.start[n] is None:
+                    self.start[n], self.peak[n] = f, 0.0
+                self.peak[n] = max(self.peak[n], float(p))
+                if f - self.start[n] + 1 == self.min_frames:
+                    events.append(("on", pitch, self.start[n], self.peak[n]))
+            elif self.start[n] is not None:
+                if f - self.start[n] >= self.min_frames:
+                    events.append(
+                        ("off", pitch, self.start[n], f, self.peak[n])
+                    )
+                self.start[n] = None
+        self.frames = f + 1
+        return events
+
+    def finish(self):
+        events = []
+        for n, first in enumerate(self.start):
+            if first is not None and self.frames - first >= self.min_frames:
+                events.append(
+                    (
+                        "off",
+                        self.lowest_note + n,
+                        first,
+                        self.frames,
+                        self.peak[n],
+                    )
+                )
+            self.start[n] = None
+        return events
+
+
+def hops(blocks, rate, spec):
+    """The model's hops `(hop_samples, input_samples)` from `blocks` of
+    samples at `rate` (an iterable, as a microphone gives them):
+    resampled block by block, cut into `spec["chunk"]` samples, each with
+    the count of input samples read when it was complete; then silence
+    until every frame that hears the input is out."""
+    hop, read = spec["chunk"], [0]
+
+    def counted():
+        for block in blocks:
+            read[0] += len(block)
+            yield block
+
+    buffer, total = np.zeros(0, np.float32), 0
+    for piece in resample_chunks(counted(), rate, spec["sample_rate"]):
+        buffer = np.concatenate([buffer, piece])
+        total += len(piece)
+        while len(buffer) >= hop:
+            yield buffer[:hop], read[0]
+            buffer = buffer[hop:]
+    # The frames that hear the input, ceil(total / hop), are out after
+    # warmup_steps more steps.
+    steps = -(-total // hop) + spec["warmup_steps"]
+    done = (total - len(buffer)) // hop
+    padded = np.zeros((steps - done) * hop, np.float32)
+    padded[: len(buffer)] = buffer
+    for k in range(steps - done):
+        yield padded[k * hop : (k + 1) * hop], read[0]
+
+
+def stream_notes(runner, blocks, rate, spec, threshold, min_frames, say):
+    """Runs the streaming file (`runner`, a `TFLiteStream`) over `blocks`
+    of samples at `rate`, hop by hop; calls `say(line)` for each note as
+    it is decided. Returns `(notes, probabilities, seconds)`: the notes
+    `(onset_s, offset_s, midi_pitch, peak)` as `decode` gives them, the
+    frames' probabilities `(frames, notes)` and each step's compute
+    seconds."""
+    model_rate, hop = spec["sample_rate"], spec["chunk"]
+    warmup = spec["warmup_steps"]
+    start = (spec["first_centre"] - hop / 2) / model_rate  # frame 0's start
+    tracker = NoteTracker(
+        spec["notes"], threshold, min_frames, spec["lowest_note"]
+    )
+    notes, rows, seconds, delays = [], [], [], []
+    compute = 0.0
+
+    def report(event, step, input_delay, end=False):
+        kind, pitch, first = event[:3]
+        # The event's frame: the note's first, or the first below.
+        frame = first if kind == "on" else event[3]
+        decided = step - warmup
+        algorithmic = (warmup + 1 + decided - frame) * hop / model_rate
+        at = (step + 1) * hop / model_rate
+        onset = max(0.0, start + first * hop / model_rate)
+        if kind == "on":
+            what = f"on   MIDI {pitch:3d}  {onset:7.3f} s"
+        else:
+            offset = start + event[3] * hop / model_rate
+            notes.append((onset, offset, pitch, event[4]))
+            what = f"off  MIDI {pitch:3d}  {onset:7.3f} - {offset:7.3f} s"
+        if end:  # sounding when the input ended
+            say(f"  {what}  p={event[-1]:.2f}  at the end of the input")
+            return
+        say(
+            f"  {what}  p={event[-1]:.2f}  decided at {at:7.3f} s: "
+            f"algorithmic {1000 * algorithmic:.1f} ms, input "
+            f"{1000 * input_delay:.1f} ms, compute {1000 * compute:.2f} ms"
+        )
+
+    step = -1
+    for step, (samples, read) in enumerate(hops(blocks, rate, spec)):
+        begin = time.perf_counter()
+        logits = runner.step(samples[None])
+        compute = time.perf_counter() - begin
+        seconds.append(compute)
+        # How long after the hop's last sample the hop was complete:
+        # input read / input rate against the hop's end at the model's
+        # rate (never below 0: the silence after the end is not waited
+        # for).
+        delay = max(0.0, read / rate - (step + 1) * hop / model_rate)
+        delays.append(delay)
+        if step < warmup:
+            continue  # before the first frame
+        p = 1 / (1 + np.exp(-np.asarray(logits, np.float64).reshape(-1)))
+        rows.append(p)
+        for event in tracker.frame(step - warmup, p):
+            report(event, step, delay)
+    for event in tracker.finish():
+        report(event, step, 0.0, end=True)
+    notes.sort(key=lambda n: (n[0], n[2]))
+    probabilities = np.array(rows).reshape(-1, spec["notes"])
+    return notes, probabilities, np.array(seconds), np.array(delays)
+
+
+# ----------------------------------------------------------------------
 # Frames to notes, notes out.
 # ----------------------------------------------------------------------
 
@@ -318,7 +509,25 @@ def parse_args(argv=None):
     parser.add_argument("--min-frames", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", default=None, help="default: AUDIO's")
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="MODEL is a streaming file (train_music.py --streaming): feed "
+        "it hop by hop as a microphone would, printing each note as it is "
+        "decided with its latency",
+    )
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=None,
+        help="with --stream: samples read at a time at the file's rate, "
+        "as a microphone's buffer (default: one hop's worth)",
+    )
     args = parser.parse_args(argv)
+    if args.block is not None and not args.stream:
+        parser.error("--block goes with --stream")
+    if args.block is not None and args.block < 1:
+        parser.error(f"--block must be >= 1. Received: {args.block}")
     if not 0 < args.threshold < 1:
         parser.error(
             f"--threshold must be in (0, 1). Received: {args.threshold}"
@@ -332,10 +541,11 @@ def parse_args(argv=None):
     if args.description is None:
         args.description = os.path.splitext(args.model)[0] + ".json"
     if not os.path.isfile(args.description):
+        writer = "--streaming W" if args.stream else "--input waveform"
         parser.error(
             f"{args.description!r} (what the file takes) does not exist: "
-            "train_music.py --input waveform writes it beside the model; "
-            "pass --description."
+            f"train_music.py {writer} writes it beside the model; pass "
+            "--description."
         )
     return args
 
@@ -352,16 +562,38 @@ _SPEC_KEYS = (
 )
 
 
-def read_description(path):
-    """The JSON that says what the model file takes, checked."""
+_STREAM_KEYS = (
+    "input",
+    "sample_rate",
+    "chunk",
+    "fft_length",
+    "warmup_steps",
+    "first_centre",
+    "lowest_note",
+    "notes",
+)
+
+
+def read_description(path, stream=False):
+    """The JSON that says what the model file takes, checked: an offline
+    file's, or with `stream` a streaming file's."""
     try:
         with open(path) as f:
             spec = json.load(f)
     except (OSError, ValueError) as error:
         raise Refused(f"{path}: not a model description ({error})") from None
-    missing = [
-        k for k in _SPEC_KEYS if not isinstance(spec, dict) or k not in spec
-    ]
+    if isinstance(spec, dict) and bool(spec.get("stream")) != stream:
+        raise Refused(
+            f"{path}: describes "
+            + (
+                "a streaming file: pass --stream"
+                if spec.get("stream")
+                else "an offline file, not a streaming one: train with "
+                "examples/train_music.py --streaming W"
+            )
+        )
+    keys = _STREAM_KEYS if stream else _SPEC_KEYS
+    missing = [k for k in keys if not isinstance(spec, dict) or k not in spec]
     if missing:
         raise Refused(f"{path}: not a model description (no {missing[0]!r})")
     if spec["input"] != "waveform":
@@ -425,7 +657,7 @@ def main(argv=None):
 
 
 def transcribe(args):
-    spec = read_description(args.description)
+    spec = read_description(args.description, args.stream)
     output = output_folder(
         args.output or os.path.dirname(os.path.abspath(args.audio))
     )
@@ -445,6 +677,11 @@ def transcribe(args):
         )
     if rate != spec["sample_rate"]:
         _extra("soxr", "music", "resampling to the model's rate")
+    stem = os.path.join(
+        output, os.path.splitext(os.path.basename(args.audio))[0]
+    )
+    if args.stream:
+        return transcribe_stream(args, spec, x, rate, stem, output)
     x = resample(x, rate, spec["sample_rate"])
     batch = windows(x, spec["samples"], spec["frames"], spec["frame_step"])
     start = time.perf_counter()
@@ -460,26 +697,11 @@ def transcribe(args):
     notes = decode(probabilities, args.threshold, args.min_frames, spec)
 
     duration = len(x) / spec["sample_rate"]
-    stem = os.path.join(
-        output, os.path.splitext(os.path.basename(args.audio))[0]
-    )
     title = (
         f"{os.path.basename(args.audio)}: {len(notes)} notes "
         f"(threshold {args.threshold})"
     )
-    try:
-        write_all(
-            stem,
-            {
-                ".notes.csv": lambda path: write_csv(path, notes),
-                ".mid": lambda path: write_midi(path, notes),
-                ".png": lambda path: save_roll(
-                    path, probabilities, notes, spec, title
-                ),
-            },
-        )
-    except OSError as error:
-        raise Refused(f"--output {output}: {error.strerror or error}") from None
+    write_outputs(stem, notes, probabilities, spec, title, output)
     print(
         f"{args.audio}: {duration:.2f} s at {rate} Hz"
         + (
@@ -497,6 +719,80 @@ def transcribe(args):
         print(f"  {onset:7.3f} - {offset:7.3f} s  MIDI {pitch}  p={peak:.2f}")
     if len(notes) > 5:
         print(f"  ... ({len(notes) - 5} more)")
+    return notes
+
+
+def write_outputs(stem, notes, probabilities, spec, title, output):
+    """The CSV, MIDI file and piano roll at `stem` (in the folder
+    `output`), all or none."""
+    try:
+        write_all(
+            stem,
+            {
+                ".notes.csv": lambda path: write_csv(path, notes),
+                ".mid": lambda path: write_midi(path, notes),
+                ".png": lambda path: save_roll(
+                    path, probabilities, notes, spec, title
+                ),
+            },
+        )
+    except OSError as error:
+        raise Refused(f"--output {output}: {error.strerror or error}") from None
+
+
+def transcribe_stream(args, spec, x, rate, stem, output):
+    """`--stream`: `x` (the file's samples at `rate`) fed block by block
+    to the streaming file, each note printed as it is decided."""
+    try:
+        runner = cvk.export.TFLiteStream(args.model, num_threads=args.threads)
+    except (ValueError, RuntimeError) as error:
+        first = str(error).strip().splitlines()[:1] or [type(error).__name__]
+        raise Refused(f"{args.model}: {first[0]}") from None
+    if runner.chunk_shape != (1, spec["chunk"]):
+        raise Refused(
+            f"{args.model}: takes chunks of shape {runner.chunk_shape}, not "
+            f"(1, {spec['chunk']}) as {args.description} says"
+        )
+    hop, model_rate = spec["chunk"], spec["sample_rate"]
+    block = args.block or max(1, round(hop * rate / model_rate))
+    print(
+        f"{args.audio}: {len(x) / rate:.2f} s at {rate} Hz, read in blocks "
+        f"of {block} samples"
+        + (f", resampled to {model_rate} Hz" if rate != model_rate else "")
+        + f"; hops of {hop} samples ({1000 * hop / model_rate:.1f} ms), "
+        f"frames of {spec['fft_length']} samples "
+        f"({1000 * spec['fft_length'] / model_rate:.1f} ms), "
+        f"{spec['warmup_steps']} warm-up step(s)"
+    )
+    blocks = (x[i : i + block] for i in range(0, len(x), block))
+    try:
+        notes, probabilities, seconds, delays = stream_notes(
+            runner,
+            blocks,
+            rate,
+            spec,
+            args.threshold,
+            args.min_frames,
+            print,
+        )
+    except (ValueError, RuntimeError) as error:
+        first = str(error).strip().splitlines()[:1] or [type(error).__name__]
+        raise Refused(f"{args.model}: LiteRT cannot run it ({first[0]})")
+    title = (
+        f"{os.path.basename(args.audio)}, streamed: {len(notes)} notes "
+        f"(threshold {args.threshold})"
+    )
+    write_outputs(stem, notes, probabilities, spec, title, output)
+    duration = len(x) / rate
+    print(
+        f"{len(seconds)} hops, {len(probabilities)} frames; LiteRT, "
+        f"{args.threads} thread(s): {1000 * np.median(seconds):.3f} ms per "
+        f"hop (median; worst {1000 * seconds.max():.3f} ms), real-time "
+        f"factor {seconds.sum() / duration:.4f}; input delay (--block, "
+        f"resampler) {1000 * np.median(delays):.1f} ms median, "
+        f"{1000 * delays.max():.1f} ms worst\n"
+        f"{len(notes)} notes -> {stem}.notes.csv, {stem}.mid, {stem}.png"
+    )
     return notes
 
 
