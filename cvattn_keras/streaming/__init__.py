@@ -22,7 +22,8 @@ What streams, and the state each keeps:
   (kernel_size - 1)` input frames;
 - `ComplexISTFT(center=False)` with `frame_length == fft_length`: the
   overlap-add tail, `fft_length - frame_step` samples;
-- the stream itself: a frame counter `(B, 1)`, saturating;
+- the stream itself: a frame counter `(B, warmup_steps + H)` of bools
+  (`H` the furthest any layer looks back, in frames), saturating;
 - every per-frame layer (dense, norms, activations, dropout, the
   frequency front end, readouts): nothing.
 
@@ -37,7 +38,10 @@ samples when `frame_step` divides `fft_length` (otherwise on the samples
 after `frame_step - fft_length % frame_step` leading zeros). A model
 ending in `ComplexISTFT` emits `frame_step` samples a step: those of the
 frame just completed, `fft_length` samples after the input's (the
-algorithmic latency of an STFT-ISTFT model).
+algorithmic latency of an STFT-ISTFT model); its first
+`ceil(fft_length / frame_step) - 1` steps after the warm-up emit zeros,
+where the offline inverse divides the signal's first samples by a
+partial window envelope (see `StreamingISTFT`).
 
 Positions: a stream's output depends only on the last `W` frames, so it
 runs for hours. Rotary positions (`rotary_max_wavelength`, inner product)
@@ -117,7 +121,7 @@ def to_streaming(model):
         >>> chunk = np.ones((1, 1, 8), "float32")
         >>> out, *state = stream([chunk, *state])
         >>> tuple(out.shape), [tuple(s.shape) for s in state]
-        ((1, 1, 8), [(1, 1), (1, 3, 2, 4), (1, 3, 2, 4)])
+        ((1, 1, 8), [(1, 3), (1, 3, 2, 4), (1, 3, 2, 4)])
     """
     stream, warmup, outputs = _to_streaming(model)
     stream.warmup_steps = warmup
@@ -129,7 +133,8 @@ def to_streaming(model):
 def initial_state(stream, batch_size=1):
     """The zero state of `stream` (from `to_streaming`, or reloaded from a
     file) for `batch_size` parallel streams: a list of float arrays, in
-    the order of its inputs after the chunk."""
+    the order of its inputs after the chunk (float, but the frame
+    counter's bools)."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(
             "`batch_size` must be a positive int. Received: "
@@ -180,23 +185,31 @@ def run_stream(stream, chunks, state=None):
     return (outputs[0] if count == 1 else outputs), state
 
 
-def calibration_data(stream, chunks, state=None):
+def calibration_data(stream, chunks, state=None, skip=0):
     """The calibration data of a stream's calibrated TFLite modes (`int8`,
     `full_int8`, `int16x8`): `stream` run over typical `chunks` `(B,
-    steps, *chunk_shape)`, every step a sample: a list `[chunks,
-    *states]` of arrays with `B * steps` samples on axis 0, each state the
-    one that entered the step, so that each state's integer range is
-    calibrated on the states a real stream carries. Pass it to
-    `export_tflite(stream, ..., representative_data=...)`."""
+    steps, *chunk_shape)`, every step after the first `skip` a sample: a
+    list `[chunks, *states]` of arrays with `B * (steps - skip)` samples
+    on axis 0, each state the one that entered the step, so that each
+    state's integer range is calibrated on the states a running stream
+    carries (give enough steps to fill every buffer: more than the frame
+    counter's length). Pass the result to `export_tflite(stream, ...,
+    representative_data=...)`."""
     chunks = _check_chunks(stream, chunks)
+    if not isinstance(skip, int) or not 0 <= skip < chunks.shape[1]:
+        raise ValueError(
+            "`skip` must be an int in [0, steps) and `chunks` longer than "
+            f"it (steps = {chunks.shape[1]}). Received: skip={skip!r}"
+        )
     if state is None:
         state = initial_state(stream, chunks.shape[0])
     count = len(stream.outputs) - len(stream.inputs) + 1
     columns = [[] for _ in stream.inputs]
     for t in range(chunks.shape[1]):
-        columns[0].append(chunks[:, t])
-        for column, array in zip(columns[1:], state):
-            column.append(np.asarray(array))
+        if t >= skip:
+            columns[0].append(chunks[:, t])
+            for column, array in zip(columns[1:], state):
+                column.append(np.asarray(array))
         results = stream([chunks[:, t], *state], training=False)
         state = [keras.ops.convert_to_numpy(r) for r in results[count:]]
     return [np.concatenate(column, axis=0) for column in columns]

@@ -118,7 +118,7 @@ class _Builder:
     def __init__(self, model):
         self.model = model
         self.states = []  # (name, input tensor, new tensor, kind)
-        self.index = None  # the frame index tensor, (B, 1)
+        self.clock = None  # see _layers: (B, horizon + 1) bool
 
     def state(self, owner, kind, shape, dtype):
         owner = getattr(owner, "name", owner)
@@ -240,7 +240,7 @@ class _Builder:
         size = layer.frame_length - layer.frame_step
         tail, slot = self.state(layer, "tail", (size,), "float32")
         samples, new = sl.StreamingISTFT(layer, name=f"{layer.name}_step")(
-            args[0], tail, self.index
+            args[0], tail, self.clock
         )
         self.update(slot, new)
         return samples
@@ -298,8 +298,8 @@ class _Builder:
             )
         step = step_class(layer, name=f"{layer.name}_step")
         if keys is None:  # W = 1: each frame attends to itself alone
-            return step(x, index=self.index)
-        out, new_keys, new_values = step(x, keys, values, index=self.index)
+            return step(x, clock=self.clock)
+        out, new_keys, new_values = step(x, keys, values, clock=self.clock)
         self.update(key_slot, new_keys)
         self.update(value_slot, new_values)
         return out
@@ -321,7 +321,7 @@ class _Builder:
             layer, "frames", (size, x.shape[-1]), layer.compute_dtype
         )
         out, new = sl.StreamingConv1D(layer, name=f"{layer.name}_step")(
-            x, frames, self.index
+            x, frames, self.clock
         )
         self.update(slot, new)
         return out
@@ -397,8 +397,10 @@ def to_streaming(model):
         )
     builder.chunk = chunk
     warmup, horizon = _timing(model)
-    counter, slot = builder.state("stream", "frames", (1,), "int32")
-    builder.index, following = sl.FrameCounter(
+    counter, slot = builder.state(
+        "stream", "frames", (warmup + horizon,), "bool"
+    )
+    builder.clock, following = sl.FrameCounter(
         warmup, horizon, name="frame_counter"
     )(counter)
     builder.update(slot, following)

@@ -6,14 +6,16 @@ one step: it takes the new frame (or hop of samples) and the layer's state
 the step's output and the new state. States are buffers updated by
 concatenate-and-slice (static shapes, builtin ops, every delegate).
 
-`index` below is the stream's frame index of the current step, `(B, 1)`
-int32 (so that no quantized file rounds it, and its comparisons are
-integer ops, which every TFLite mode has): 0 for the first frame the
-offline model would see, negative during the warm-up of a `ComplexSTFT`
-(its first frames hold samples from before the stream began), at most
-the `horizon` that `FrameCounter` caps it at (past it every buffer is
-full, so larger indices change nothing: the state stays bounded however
-long the stream runs).
+`clock` below tells each step how many frames the stream has seen: a
+`(B, H + 1)` bool tensor from `FrameCounter`, `clock[:, i]` true when
+the current frame's index is at least `H - i` (`H`, the horizon: the
+furthest any layer looks back; index 0 is the first frame the offline
+model would see, negative ones the warm-up of a `ComplexSTFT`, whose
+first frames hold samples from before the stream began). It is a
+thermometer code of bools, updated by a shift (no arithmetic, nothing a
+quantizer touches: every TFLite mode, int16x8 included, keeps it
+exact) and saturated once `H` frames have passed, so that the state
+stays the same size and the same values however long the stream runs.
 """
 
 import keras
@@ -70,26 +72,28 @@ class _StreamStep(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
 class FrameCounter(keras.layers.Layer):
-    """The stream's clock: `(B, 1)` steps so far -> the current frame's
-    index (steps minus the `warmup`) and the next count, saturated at
-    `warmup + horizon` (bounded however long the stream runs)."""
+    """The stream's clock. Its state `(B, warmup + horizon)` bool holds
+    true in its last `n` entries after `n` steps (saturated: all ones after
+    `warmup + horizon` steps); each step shifts a true in from the right. It
+    returns the clock `(B, horizon + 1)` of the current step (see the
+    module docstring) and the next state."""
 
     def __init__(self, warmup=0, horizon=1, **kwargs):
-        kwargs["dtype"] = "float32"  # the policy; the counter is int32
+        kwargs["dtype"] = "float32"  # the policy; the clock is bool
         super().__init__(**kwargs)
         self.warmup = int(warmup)
         self.horizon = int(horizon)
 
     def call(self, counter):
-        counter = ops.cast(counter, "int32")
-        frame = counter - self.warmup
-        following = ops.minimum(counter + 1, self.warmup + self.horizon)
-        return frame, following
+        counter = ops.cast(counter, "bool")
+        ones = ops.ones_like(counter[:, :1])
+        extended = ops.concatenate([counter, ones], axis=1)  # (B, L + 1)
+        return extended[:, : self.horizon + 1], extended[:, 1:]
 
     def compute_output_spec(self, counter):
         return (
-            keras.KerasTensor(counter.shape, "int32"),
-            keras.KerasTensor(counter.shape, "int32"),
+            keras.KerasTensor((counter.shape[0], self.horizon + 1), "bool"),
+            keras.KerasTensor(counter.shape, "bool"),
         )
 
     def get_config(self):
@@ -127,46 +131,47 @@ class StreamingISTFT(_StreamStep):
     """`ComplexISTFT(center=False)` one frame at a time: each frame's
     windowed inverse DFT is overlap-added onto the state, the tail of the
     frames before (`fft_length - frame_step` samples), and the first
-    `frame_step` samples, complete now, are divided by the window envelope
-    of the frames that reached them (fewer in the first steps, as at the
-    offline signal's start) and emitted."""
+    `frame_step` samples, complete now, are divided by the window
+    envelope and emitted.
+
+    The first `R - 1` steps (`R = ceil(frame_length / frame_step)`, the
+    frames that overlap a sample) emit zeros: the offline inverse divides
+    those first samples of the signal by a partial envelope, near zero
+    where the window is (1e5 times the steady one's reciprocal for a
+    64-point Hann window), which no quantized file could represent beside
+    the steady samples. From then on every emitted sample equals the
+    offline model's."""
 
     def __init__(self, layer, **kwargs):
         super().__init__(layer, **kwargs)
         step, size = self.layer.frame_step, self.layer.frame_length
-        squares = np.asarray(self.layer._window, "float64") ** 2
+        window = np.asarray(self.layer._window, "float64")
         reach = -(-size // step)  # frames that overlap a sample
-        padded = np.zeros(reach * step)
-        padded[:size] = squares
-        parts = padded.reshape(reach, step)
-        envelopes = np.cumsum(parts, axis=0)  # (reach, step): 1..reach frames
-        peak = sf.overlap_envelope(squares**0.5, step, 2 * reach + 1).max()
-        reached = envelopes > sf.NOLA_TOLERANCE * peak
-        self._inverse = np.where(
-            reached, 1 / np.where(reached, envelopes, 1), 0
-        ).astype("float32")
+        envelope = sf.overlap_envelope(window, step, 2 * reach + 1)
+        steady = envelope[(reach - 1) * step : reach * step]  # R frames
+        reached = steady > sf.NOLA_TOLERANCE * envelope.max()
+        inverse = np.where(reached, 1 / np.where(reached, steady, 1), 0)
+        self._inverse = inverse[None].astype("float32")  # (1, step)
         self._reach = reach
 
-    def call(self, frame, tail, index):
+    def call(self, frame, tail, clock):
         _check_batch(frame, tail, "tail")
         layer = self.layer
         x = ops.cast(frame[:, 0, :], "float32")  # (B, 2F)
         kernel = ops.concatenate(layer._float32_kernels(), axis=1)  # (fl, 2F)
         samples = ops.matmul(x, ops.transpose(kernel))  # (B, fl)
-        valid = _multiplier(ops.greater_equal(index, 0))  # (B, 1), 0/1
-        samples = samples * valid
+        horizon = clock.shape[1] - 1
+        valid = _multiplier(clock[:, horizon:])  # index >= 0
         step = layer.frame_step
-        added = ops.pad(tail, ((0, 0), (0, step))) + samples  # (B, fl)
-        # The frames that reached the emitted samples: min(index, R-1) + 1.
-        reach = ops.clip(index, 0, self._reach - 1)  # (B, 1)
-        rows = ops.arange(self._reach, dtype="int32")[None, :]
-        pick = _multiplier(ops.equal(rows, reach))  # (B, R), one-hot
-        inverse = ops.matmul(pick, ops.convert_to_tensor(self._inverse))
-        inverse = inverse * valid
+        added = ops.pad(tail, ((0, 0), (0, step))) + samples * valid
+        # Emitted once R frames reached the samples: index >= R - 1.
+        at = horizon + 1 - self._reach
+        whole = _multiplier(clock[:, at : at + 1])  # (B, 1)
+        inverse = ops.convert_to_tensor(self._inverse) * whole
         emitted = added[:, :step] * inverse  # (B, step)
         return ops.cast(emitted, layer.compute_dtype), added[:, step:]
 
-    def compute_output_spec(self, frame, tail, index):
+    def compute_output_spec(self, frame, tail, clock):
         return (
             keras.KerasTensor(
                 (frame.shape[0], self.layer.frame_step),
@@ -182,7 +187,7 @@ def _rotate(attention, x, start):
     return attention.rotary(x, start_index=start)
 
 
-def attention_step(attention, x, keys, values, index, window):
+def attention_step(attention, x, keys, values, clock, window):
     """One step of a causal sliding-window self-attention: `x` `(B, 1,
     2E)`, the buffers of the last `window - 1` frames' projected keys
     `(B, W-1, N, 2H)` (before any rotary encoding) and values; returns
@@ -199,11 +204,12 @@ def attention_step(attention, x, keys, values, index, window):
         v = ops.concatenate([ops.cast(values, v.dtype), v], axis=1)
     q = _rotate(attention, q, window - 1)
     rotated = _rotate(attention, k, 0)
-    # Slot j holds the frame j - (W - 1) steps back: attended if that
-    # frame exists (index >= W - 1 - j); the current frame always.
-    slots = ops.arange(window, dtype="int32")[None, :]  # (1, W)
-    seen = ops.greater_equal(index + slots, window - 1)  # (B, W)
-    seen = ops.logical_or(seen, ops.equal(slots, window - 1))
+    # Slot j holds the frame W - 1 - j steps back: attended if that
+    # frame exists (index >= W - 1 - j, clock[:, H - W + 1 + j]); the
+    # current frame always.
+    horizon = clock.shape[1] - 1
+    past = clock[:, horizon + 1 - window : horizon]  # (B, W - 1)
+    seen = ops.concatenate([past, ops.ones_like(clock[:, :1])], axis=1)
     mask = ops.expand_dims(seen, (1, 2))  # (B, 1, 1, W)
     outputs, _ = attention._compute_attention(q, rotated, v, mask, False)
     outputs = attention._project_from_heads(outputs)
@@ -228,14 +234,14 @@ class StreamingAttention(_StreamStep):
     a `sliding_window` W, one frame at a time: the state is the projected
     keys and values of the last W - 1 frames."""
 
-    def call(self, x, keys=None, values=None, index=None):
+    def call(self, x, keys=None, values=None, clock=None):
         window = self.layer.sliding_window
         if keys is None:  # W = 1
-            return attention_step(self.layer, x, None, None, index, 1)[0]
+            return attention_step(self.layer, x, None, None, clock, 1)[0]
         _check_batch(x, keys, "keys")
-        return attention_step(self.layer, x, keys, values, index, window)
+        return attention_step(self.layer, x, keys, values, clock, window)
 
-    def compute_output_spec(self, x, keys=None, values=None, index=None):
+    def compute_output_spec(self, x, keys=None, values=None, clock=None):
         shape = self.layer.compute_output_shape(x.shape, x.shape)
         output = keras.KerasTensor(shape, self.layer.compute_dtype)
         return _with_states(output, keys, values)
@@ -247,7 +253,7 @@ class StreamingEncoder(_StreamStep):
     a time: its self-attention as `StreamingAttention`, the rest (norms,
     residuals, the feed-forward network) per frame."""
 
-    def call(self, x, keys=None, values=None, index=None):
+    def call(self, x, keys=None, values=None, clock=None):
         if keys is not None:
             _check_batch(x, keys, "keys")
         block = self.layer
@@ -261,7 +267,7 @@ class StreamingEncoder(_StreamStep):
                 h,
                 keys,
                 values,
-                index,
+                clock,
                 window if keys is not None else 1,
             )
             state.extend(new)
@@ -273,7 +279,7 @@ class StreamingEncoder(_StreamStep):
         )
         return x if keys is None else (x, state[0], state[1])
 
-    def compute_output_spec(self, x, keys=None, values=None, index=None):
+    def compute_output_spec(self, x, keys=None, values=None, clock=None):
         output = keras.KerasTensor(x.shape, self.layer.compute_dtype)
         return _with_states(output, keys, values)
 
@@ -285,15 +291,17 @@ class StreamingConv1D(_StreamStep):
     input frames (zeros before the stream, as the causal padding; the
     frames of a `ComplexSTFT`'s warm-up enter as zeros too)."""
 
-    def call(self, x, frames, index):
+    def call(self, x, frames, clock):
         _check_batch(x, frames, "frames")
-        valid = ops.expand_dims(_multiplier(ops.greater_equal(index, 0)), -1)
+        horizon = clock.shape[1] - 1
+        valid = _multiplier(clock[:, horizon:])  # index >= 0
+        valid = ops.expand_dims(valid, -1)  # (B, 1, 1)
         x = x * ops.cast(valid, x.dtype)
         window = ops.concatenate([ops.cast(frames, x.dtype), x], axis=1)
         outputs = self.layer(window)[:, -1:]  # the last output: this frame's
         return outputs, window[:, 1:]
 
-    def compute_output_spec(self, x, frames, index):
+    def compute_output_spec(self, x, frames, clock):
         shape = self.layer.compute_output_shape(x.shape)
         return (
             keras.KerasTensor(shape, self.layer.compute_dtype),
