@@ -44,6 +44,15 @@ def _check_batch(inputs, state, name):
         )
 
 
+def _cut(x, start, stop):
+    """`x[:, start:stop]` of a `(B, L)` tensor, sliced at rank 3: the GPU
+    delegate slices rank-3 and rank-4 tensors only."""
+    length = x.shape[1]
+    stop = length if stop is None else stop
+    x = ops.reshape(x, (-1, 1, length))[:, :, start:stop]
+    return ops.reshape(x, (-1, stop - start))
+
+
 def _inner_config(layer):
     return keras.saving.serialize_keras_object(layer)
 
@@ -114,7 +123,7 @@ class StreamingSTFT(_StreamStep):
         _check_batch(hop, samples, "samples")
         window = ops.concatenate([samples, ops.cast(hop, samples.dtype)], 1)
         frame = self.layer(window)  # (B, 1, 2F)
-        return frame, window[:, self.layer.frame_step :]
+        return frame, _cut(window, self.layer.frame_step, None)
 
     def compute_output_spec(self, hop, samples):
         batch = hop.shape[0]
@@ -157,19 +166,21 @@ class StreamingISTFT(_StreamStep):
     def call(self, frame, tail, clock):
         _check_batch(frame, tail, "tail")
         layer = self.layer
-        x = ops.cast(frame[:, 0, :], "float32")  # (B, 2F)
+        x = ops.reshape(ops.cast(frame, "float32"), (-1, frame.shape[-1]))
         kernel = ops.concatenate(layer._float32_kernels(), axis=1)  # (fl, 2F)
         samples = ops.matmul(x, ops.transpose(kernel))  # (B, fl)
         horizon = clock.shape[1] - 1
         valid = _multiplier(clock[:, horizon:])  # index >= 0
         step = layer.frame_step
-        added = ops.pad(tail, ((0, 0), (0, step))) + samples * valid
+        zeros = ops.zeros_like(samples[:, :step])
+        added = ops.concatenate([tail, zeros], 1) + samples * valid
         # Emitted once R frames reached the samples: index >= R - 1.
         at = horizon + 1 - self._reach
         whole = _multiplier(clock[:, at : at + 1])  # (B, 1)
         inverse = ops.convert_to_tensor(self._inverse) * whole
-        emitted = added[:, :step] * inverse  # (B, step)
-        return ops.cast(emitted, layer.compute_dtype), added[:, step:]
+        emitted = _cut(added, 0, step) * inverse  # (B, step)
+        tail = _cut(added, step, None)
+        return ops.cast(emitted, layer.compute_dtype), tail
 
     def compute_output_spec(self, frame, tail, clock):
         return (
