@@ -723,3 +723,191 @@ def test_transcribe_writes_all_or_nothing(tmp_path):
             },
         )
     assert not list(tmp_path.iterdir())
+
+
+def test_train_music_streaming_then_transcribe_stream(tmp_path, capsys):
+    """`train_music.py --streaming` exports a streaming file that LiteRT
+    runs as the Keras stream does; `transcribe.py --stream` feeds a WAV
+    file hop by hop through it: its frame probabilities are the offline
+    model's wherever a frame's window lies inside one of the offline
+    windows, and the notes it prints and writes are those the same
+    frames decode to."""
+    import json
+
+    import keras
+    import numpy as np
+
+    import cvattn_keras as cvk
+
+    window = 8
+    _main("train_music.py")(
+        [
+            "--smoke",
+            "--streaming",
+            str(window),
+            "--frame-step",
+            "128",
+            "--modes",
+            "none",
+            "--output",
+            str(tmp_path),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "Keras stream vs offline model after the warm-up" in out
+    spec = json.loads((tmp_path / "music_classifier.json").read_text())
+    stream_spec = json.loads(
+        (tmp_path / "music_classifier_stream.json").read_text()
+    )
+    assert stream_spec["stream"] and stream_spec["chunk"] == 128
+    assert stream_spec["fft_length"] == 256
+    assert stream_spec["warmup_steps"] == 1
+    assert stream_spec["inputs"][0] == "chunk"
+    assert all(n.startswith("state_") for n in stream_spec["inputs"][1:])
+    # The streaming table: float32 only (--modes none), LiteRT equal to
+    # the Keras stream.
+    (row,) = (tmp_path / "stream_modes.md").read_text().splitlines()[2:]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[0] == "float32" and float(cells[2]) <= 1e-4, row
+    assert 0 <= float(cells[3]) <= 1, row
+
+    # 3 s of music at 8 kHz, resampled to the model's 4 kHz: 96 frames,
+    # a window of 63 and part of the next.
+    audio, _ = cvk.datasets.synthetic_music(
+        num_samples=1,
+        frames=96,
+        bins=128,
+        sample_rate=8000,
+        seed=3,
+        output="waveform",
+    )
+    _write_wav(
+        tmp_path / "clip.wav", 0.5 * audio[0] / np.abs(audio).max(), 8000
+    )
+    transcribe = runpy.run_path(os.path.join(EXAMPLES, "transcribe.py"))
+    stream_file = str(tmp_path / "music_classifier_stream.tflite")
+    notes = transcribe["main"](
+        [
+            str(tmp_path / "clip.wav"),
+            "--stream",
+            "--model",
+            stream_file,
+            "--threshold",
+            "0.3",
+            "--block",
+            "300",  # blocks that are not hops
+            "--output",
+            str(tmp_path / "stream"),
+        ]
+    )
+    printed = capsys.readouterr().out.splitlines()
+    offs = [line for line in printed if line.startswith("  off ")]
+    ons = [line for line in printed if line.startswith("  on ")]
+    assert notes and len(offs) == len(ons) == len(notes)
+    decided = [line for line in ons if "decided at" in line]
+    assert decided and all("algorithmic 64.0 ms" in line for line in ons)
+    rows = (tmp_path / "stream" / "clip.notes.csv").read_text().splitlines()
+    assert len(rows) == len(notes) + 1
+    for suffix in (".mid", ".png"):
+        assert (tmp_path / "stream" / f"clip{suffix}").stat().st_size > 0
+
+    # The reference: the offline model on the windows offline
+    # transcription cuts (frames W - 1 and later of each window see only
+    # frames inside it, as the stream's do), the Keras stream elsewhere.
+    x = transcribe["resample"](
+        transcribe["read_wav"](str(tmp_path / "clip.wav"))[0], 8000, 4000
+    )
+    frames = -(-len(x) // 128)
+    model = keras.saving.load_model(tmp_path / "music_classifier.keras")
+    windows = transcribe["windows"](
+        x, spec["samples"], spec["frames"], spec["frame_step"]
+    )
+    offline = keras.ops.convert_to_numpy(model(windows))
+    offline = offline.reshape(-1, spec["notes"])[:frames]
+    stream = cvk.streaming.to_streaming(model)
+    hops = np.zeros((frames + 1) * 128, "float32")
+    hops[: len(x)] = x
+    keras_stream, _ = cvk.streaming.run_stream(
+        stream, hops.reshape(1, frames + 1, 128)
+    )
+    keras_stream = keras_stream[0, 1:]  # after the warm-up step
+    inside = np.arange(frames) % spec["frames"] >= window - 1
+    inside[: spec["frames"]] = True
+    assert inside.sum() < frames  # some frames see across windows
+    np.testing.assert_allclose(
+        keras_stream[inside], offline[inside], rtol=1e-5, atol=1e-5
+    )
+    reference = 1 / (1 + np.exp(-keras_stream.astype(np.float64)))
+
+    # The file's probabilities, fed exactly as --stream feeds it.
+    runner = cvk.export.TFLiteStream(stream_file, num_threads=1)
+    blocks = [x[i : i + 150] for i in range(0, len(x), 150)]
+    again, probabilities, seconds, _ = transcribe["stream_notes"](
+        runner, blocks, 4000, stream_spec, 0.3, 1, lambda line: None
+    )
+    assert probabilities.shape == (frames, spec["notes"])
+    assert len(seconds) == frames + 1
+    np.testing.assert_allclose(probabilities, reference, atol=1e-4)
+    assert again == notes
+    want = transcribe["decode"](reference, 0.3, 1, stream_spec)
+    assert [n[:3] for n in notes] == [n[:3] for n in want]
+    np.testing.assert_allclose(
+        [n[3] for n in notes], [n[3] for n in want], atol=1e-4
+    )
+
+
+class _Replay:
+    """A stand-in for `TFLiteStream`: step k returns `logits[k]`."""
+
+    def __init__(self, logits):
+        self.logits, self.steps = logits, 0
+
+    def step(self, chunk):
+        assert chunk.shape == (1, 4)
+        self.steps += 1
+        return self.logits[self.steps - 1][None, None]
+
+
+def test_transcribe_stream_decides_notes_as_frames_come(rng):
+    """The online decisions are the offline decoding's notes, each onset
+    decided `min_frames - 1` frames after the note's first frame."""
+    import numpy as np
+
+    transcribe = _transcribe()
+    spec = dict(
+        sample_rate=100,
+        chunk=4,
+        frame_step=4,
+        fft_length=8,
+        warmup_steps=1,
+        first_centre=4,
+        lowest_note=60,
+        notes=3,
+    )
+    probabilities = rng.uniform(size=(40, 3))
+    logits = np.log(probabilities / (1 - probabilities))
+    # 40 frames: 160 samples, 41 steps (one of warm-up, discarded).
+    replay = _Replay(np.concatenate([np.zeros((1, 3)), logits]))
+    lines = []
+    notes, got, _, delays = transcribe["stream_notes"](
+        replay,
+        [np.ones(50)] * 3 + [np.ones(10)],
+        100,
+        spec,
+        0.5,
+        2,
+        lines.append,
+    )
+    assert replay.steps == 41
+    # Hop k is complete once the block holding its last sample is read.
+    ends = 4 * np.arange(1, 42)
+    read = np.minimum(-(-ends // 50) * 50, 160)
+    np.testing.assert_allclose(delays, np.maximum(0, (read - ends) / 100))
+    np.testing.assert_allclose(got, probabilities)
+    want = transcribe["decode"](probabilities, 0.5, 2, spec)
+    assert [n[:3] for n in notes] == [n[:3] for n in want]
+    np.testing.assert_allclose([n[3] for n in notes], [n[3] for n in want])
+    ons = [line for line in lines if line.startswith("  on ")]
+    assert len(ons) == len(notes)
+    # The frame's span (80 ms) and one more hop (40 ms) for min_frames=2.
+    assert all("algorithmic 120.0 ms" in line for line in ons)
