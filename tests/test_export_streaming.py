@@ -152,6 +152,12 @@ def test_tflite_stream_refuses_what_it_cannot_run(tmp_path, denoiser_file):
         runner.step(np.zeros((1, 15), "float32"))
     with pytest.raises(ValueError, match="batch_size"):
         TFLiteStream(path, batch_size=2)
+    runner.state = runner.state[::-1]  # out of order
+    with pytest.raises(ValueError, match="input order"):
+        runner.step(np.zeros((1, 16), "float32"))
+    runner.state = runner.state[1:]
+    with pytest.raises(ValueError, match="carries"):
+        runner.step(np.zeros((1, 16), "float32"))
     # A file that is not a stream.
     x = keras.Input((4,))
     plain = str(tmp_path / "plain.tflite")

@@ -113,9 +113,23 @@ class TFLiteStream:
                 f"(batch {self.batch_size}). Received: chunk.shape="
                 f"{chunk.shape}"
             )
+        if len(self.state) != len(self._states):
+            raise ValueError(
+                f"{self.path!r} carries {len(self._states)} state arrays "
+                f"({self._states}). Received: {len(self.state)}"
+            )
         feed = {"chunk": self._input("chunk", chunk)}
         for name, array in zip(self._states, self.state):
-            feed[name] = self._input(name, array)
+            want = (self.batch_size,) + tuple(
+                int(d) for d in self._details[name]["shape"][1:]
+            )
+            if np.shape(array) != want:
+                raise ValueError(
+                    f"State {name!r} of {self.path!r} has shape {want}. "
+                    f"Received: an array of shape {np.shape(array)} (is "
+                    "`state` in the file's input order?)"
+                )
+            feed[name] = self._input(name, np.asarray(array))
         results = self._runner(**feed)
         details = self._runner.get_output_details()
         outputs = _ordered_outputs(
