@@ -212,6 +212,12 @@ def allowed_positions(rows, cols, causal, window):
         masks.append(ops.greater(cols, rows - window))
         if not causal:
             masks.append(ops.less(cols, rows + window))
+    return all_of(masks)
+
+
+def all_of(masks):
+    """The logical and of a list of broadcastable bool masks, or `None`
+    for an empty list."""
     if not masks:
         return None
     merged = masks[0]

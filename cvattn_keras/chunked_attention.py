@@ -276,12 +276,7 @@ class _Plan:
             )
             if allowed is not None:
                 masks.append(allowed)
-        if not masks:
-            return None
-        merged = masks[0]
-        for mask in masks[1:]:
-            merged = ops.logical_and(merged, mask)
-        return merged
+        return args.all_of(masks)
 
     def _logits(self, q, kb, ikb):
         """The block's logits `(x, sign)`: `x` a list of one (two for

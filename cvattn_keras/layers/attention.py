@@ -11,6 +11,7 @@ from cvattn_keras import _validation as check
 from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
+from cvattn_keras._attention_args import all_of
 from cvattn_keras.layers._attention_masks import check_attention_mask_shape
 from cvattn_keras.layers._attention_masks import mask_shape
 from cvattn_keras.layers._projections import block_einsum
@@ -609,12 +610,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                     self.sliding_window,
                 )
                 masks.append(ops.expand_dims(window, (0, 1)))
-        if not masks:
-            return None
-        merged = masks[0]
-        for mask in masks[1:]:
-            merged = ops.logical_and(merged, mask)
-        return merged
+        return all_of(masks)
 
     def _compute_causal_mask(self, query, value):
         """`(T, S)`, `True` where key `s <= t`: top-left aligned."""
