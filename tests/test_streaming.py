@@ -420,3 +420,15 @@ def test_stream_saves_compiles_and_runs_mixed(tmp_path, rng):
         assert _relative(got[:, 3:].astype("float32"), offline) <= 0.1
     finally:
         keras.config.set_dtype_policy(policy)
+
+
+def test_a_layer_called_twice_gets_two_steps(rng):
+    # One encoder applied twice (shared weights): two steps, two states.
+    x = keras.Input((None, 4))
+    block = cl.ComplexTransformerEncoder(2, sliding_window=3)
+    model = keras.Model(x, block(block(x)))
+    stream = to_streaming(model)
+    assert len(stream.inputs) == 1 + 1 + 4  # chunk, counter, 2 x (k, v)
+    frames = rng.normal(size=(1, 7, 4)).astype("float32")
+    streamed, _ = run_stream(stream, frames[:, :, None, :])
+    assert _relative(streamed, to_numpy(model(frames))) <= RTOL

@@ -117,7 +117,8 @@ class _Builder:
 
     def __init__(self, model):
         self.model = model
-        self.states = []  # (name, input tensor, new tensor, kind)
+        self.states = []  # [name, input tensor, new tensor]
+        self.names = {}  # step names used so far
         self.clock = None  # see _layers: (B, horizon + 1) bool
 
     def state(self, owner, kind, shape, dtype):
@@ -126,6 +127,14 @@ class _Builder:
         tensor = keras.Input(shape, dtype=dtype, name=name)
         self.states.append([name, tensor, None])
         return tensor, len(self.states) - 1
+
+    def step_name(self, layer):
+        """A unique name for a layer's step (a layer called twice in the
+        model gets two steps, and two states)."""
+        name = f"{layer.name}_step"
+        count = self.names.get(name, 0)
+        self.names[name] = count + 1
+        return name if not count else f"{name}_{count}"
 
     def update(self, slot, tensor):
         self.states[slot][2] = tensor
@@ -216,7 +225,7 @@ class _Builder:
             )
         size = layer.fft_length - layer.frame_step
         samples, slot = self.state(layer, "samples", (size,), "float32")
-        frame, new = sl.StreamingSTFT(layer, name=f"{layer.name}_step")(
+        frame, new = sl.StreamingSTFT(layer, name=self.step_name(layer))(
             args[0], samples
         )
         self.update(slot, new)
@@ -239,7 +248,7 @@ class _Builder:
             _refuse(layer, "frame_step > frame_length leaves gaps.")
         size = layer.frame_length - layer.frame_step
         tail, slot = self.state(layer, "tail", (size,), "float32")
-        samples, new = sl.StreamingISTFT(layer, name=f"{layer.name}_step")(
+        samples, new = sl.StreamingISTFT(layer, name=self.step_name(layer))(
             args[0], tail, self.clock
         )
         self.update(slot, new)
@@ -296,7 +305,7 @@ class _Builder:
                 (window - 1, heads, 2 * attention.value_dim),
                 dtype,
             )
-        step = step_class(layer, name=f"{layer.name}_step")
+        step = step_class(layer, name=self.step_name(layer))
         if keys is None:  # W = 1: each frame attends to itself alone
             return step(x, clock=self.clock)
         out, new_keys, new_values = step(x, keys, values, clock=self.clock)
@@ -320,7 +329,7 @@ class _Builder:
         frames, slot = self.state(
             layer, "frames", (size, x.shape[-1]), layer.compute_dtype
         )
-        out, new = sl.StreamingConv1D(layer, name=f"{layer.name}_step")(
+        out, new = sl.StreamingConv1D(layer, name=self.step_name(layer))(
             x, frames, self.clock
         )
         self.update(slot, new)
