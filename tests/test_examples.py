@@ -911,3 +911,39 @@ def test_transcribe_stream_decides_notes_as_frames_come(rng):
     assert len(ons) == len(notes)
     # The frame's span (80 ms) and one more hop (40 ms) for min_frames=2.
     assert all("algorithmic 120.0 ms" in line for line in ons)
+
+
+def test_train_music_streaming_arguments(tmp_path, monkeypatch, capsys):
+    """--streaming W trains on an uncentred STFT: score_music's labels
+    follow its frames; --frame-step overlaps them; bad values are
+    refused in one line."""
+    monkeypatch.setenv("CVATTN_KERAS_CACHE", str(tmp_path / "cache"))
+    module = runpy.run_path(os.path.join(EXAMPLES, "train_music.py"))
+    args = module["parse_args"](
+        ["--smoke", "--data", "scores", "--streaming", "8"]
+    )
+    (x, y), (x_test, y_test), stft, _ = module["load_data"](args)
+    assert not stft.center and (stft.fft_length, stft.frame_step) == (
+        2048,
+        512,
+    )
+    # 3-s clips, 48,000 samples: 1 + (48000 - 2048) // 512 = 90 uncentred
+    # frames, from 2048 + 89 * 512 samples.
+    assert y.shape[1:] == y_test.shape[1:] == (90, 88)
+    assert x.shape[1] == x_test.shape[1] == 2048 + 89 * 512
+    args = module["parse_args"](
+        ["--smoke", "--streaming", "4", "--frame-step", "64"]
+    )
+    assert args.streaming == 4 and args.frame_step == 64
+    for argv, message in (
+        (["--streaming", "0"], "--streaming must be a window of >= 1"),
+        (["--frame-step", "128"], "--frame-step goes with --streaming"),
+        (["--streaming", "4", "--frame-step", "100"], "must divide"),
+        (
+            ["--streaming", "4", "--frame-step", "128", "--input", "spectra"],
+            "--frame-step sets the model's STFT",
+        ),
+    ):
+        with pytest.raises(SystemExit):
+            module["parse_args"](argv)
+        assert message in capsys.readouterr().err, argv
