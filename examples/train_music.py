@@ -33,7 +33,8 @@ the streaming file `music_classifier_stream.tflite`
 (`cvattn_keras.streaming.to_streaming`, static batch 1: one hop of N
 samples in, one frame of note logits out, the state carried outside the
 file), the same in each `--modes` mode (`music_classifier_stream_MODE
-.tflite`, the calibrated ones calibrated on streamed states), verifies
+.tflite`, the calibrated ones on every step of 128 training clips with
+the states they carry), verifies
 each on LiteRT against the Keras stream (`TFLiteStream` against
 `run_stream`: the max relative error over held-out clips after the
 warm-up, the held-out AP of the streamed frames, ms per hop; the table in
@@ -511,9 +512,10 @@ def streaming_files(model, args, x, x_test, y_test, keras_ap):
         quantization = MODES[mode]
         calibrated = quantization in ("int8", "full_int8", "int16x8")
         if calibrated and calibration is None:
-            # Every step of typical clips, with the states they carry.
+            # Every step of 128 training clips (as the offline table's
+            # calibration), with the states they carry.
             calibration = cvk.streaming.calibration_data(
-                stream, stream_chunks(stream, x[: 4 if args.smoke else 16])
+                stream, stream_chunks(stream, x[: 4 if args.smoke else 128])
             )
         try:
             cvk.export.export_tflite(
