@@ -173,9 +173,9 @@ def run_stream(stream, chunks, state=None):
         state = initial_state(stream, chunks.shape[0])
     count = len(stream.outputs) - len(stream.inputs) + 1
     collected = [[] for _ in range(count)]
+    step = _step_function(stream)
     for t in range(chunks.shape[1]):
-        results = stream([chunks[:, t], *state], training=False)
-        results = [keras.ops.convert_to_numpy(r) for r in results]
+        results = step([chunks[:, t], *state])
         for i in range(count):
             out = results[i]
             frame = out.ndim >= 3 and out.shape[1] == 1
@@ -205,11 +205,25 @@ def calibration_data(stream, chunks, state=None, skip=0):
         state = initial_state(stream, chunks.shape[0])
     count = len(stream.outputs) - len(stream.inputs) + 1
     columns = [[] for _ in stream.inputs]
+    step = _step_function(stream)
     for t in range(chunks.shape[1]):
         if t >= skip:
             columns[0].append(chunks[:, t])
             for column, array in zip(columns[1:], state):
                 column.append(np.asarray(array))
-        results = stream([chunks[:, t], *state], training=False)
-        state = [keras.ops.convert_to_numpy(r) for r in results[count:]]
+        state = step([chunks[:, t], *state])[count:]
     return [np.concatenate(column, axis=0) for column in columns]
+
+
+def _step_function(stream):
+    """One step of `stream` on NumPy arrays, as NumPy arrays: compiled on
+    JAX (`predict_on_batch`: its eager mode compiles every op of every
+    step), eager elsewhere (a tf.function would trace for longer than a
+    short stream runs)."""
+    if keras.backend.backend() == "jax":
+        return lambda inputs: [
+            np.asarray(r) for r in stream.predict_on_batch(inputs)
+        ]
+    return lambda inputs: [
+        keras.ops.convert_to_numpy(r) for r in stream(inputs, training=False)
+    ]
