@@ -432,3 +432,22 @@ def test_a_layer_called_twice_gets_two_steps(rng):
     frames = rng.normal(size=(1, 7, 4)).astype("float32")
     streamed, _ = run_stream(stream, frames[:, :, None, :])
     assert _relative(streamed, to_numpy(model(frames))) <= RTOL
+
+
+def test_frames_that_do_not_overlap_keep_no_state(rng):
+    # frame_step == fft_length: the STFT and its inverse keep nothing (a
+    # zero-sized state would break LiteRT), and the stream still equals
+    # the offline model.
+    stft = cl.ComplexSTFT(32, 32, window="rectangular", center=False)
+    model = _stft_model(
+        stft,
+        tail=cl.ComplexISTFT(32, 32, window="rectangular", center=False),
+    )
+    stream = to_streaming(model)
+    names = [x.name for x in stream.inputs]
+    assert not any("samples" in n or "tail" in n for n in names)
+    assert stream.warmup_steps == 0
+    wave = rng.normal(size=(1, 32 * 9)).astype("float32")
+    streamed, _ = run_stream(stream, wave.reshape(1, 9, 32))
+    offline = to_numpy(model(wave))
+    assert _relative(streamed.reshape(1, -1), offline) <= RTOL

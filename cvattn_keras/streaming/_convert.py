@@ -223,11 +223,12 @@ class _Builder:
                 "a ComplexSTFT streams only as the first layer, "
                 "on the waveform input.",
             )
+        step = sl.StreamingSTFT(layer, name=self.step_name(layer))
         size = layer.fft_length - layer.frame_step
+        if size <= 0:  # frames that do not overlap: no state
+            return step(args[0])
         samples, slot = self.state(layer, "samples", (size,), "float32")
-        frame, new = sl.StreamingSTFT(layer, name=self.step_name(layer))(
-            args[0], samples
-        )
+        frame, new = step(args[0], samples)
         self.update(slot, new)
         return frame
 
@@ -246,11 +247,12 @@ class _Builder:
             )
         if layer.frame_length < layer.frame_step:
             _refuse(layer, "frame_step > frame_length leaves gaps.")
+        step = sl.StreamingISTFT(layer, name=self.step_name(layer))
         size = layer.frame_length - layer.frame_step
+        if size == 0:  # frames that do not overlap: no tail
+            return step(args[0], clock=self.clock)
         tail, slot = self.state(layer, "tail", (size,), "float32")
-        samples, new = sl.StreamingISTFT(layer, name=self.step_name(layer))(
-            args[0], tail, self.clock
-        )
+        samples, new = step(args[0], tail, self.clock)
         self.update(slot, new)
         return samples
 

@@ -117,22 +117,28 @@ class FrameCounter(keras.layers.Layer):
 class StreamingSTFT(_StreamStep):
     """`ComplexSTFT(center=False)` one hop at a time: the state is the last
     `fft_length - frame_step` samples; each hop of `frame_step` samples
-    completes one frame, the transform of the last `fft_length` samples."""
+    completes one frame, the transform of the last `fft_length` samples.
+    Frames that do not overlap (`frame_step >= fft_length`) keep no state
+    (`samples=None`): a frame is the hop's last `fft_length` samples."""
 
-    def call(self, hop, samples):
+    def call(self, hop, samples=None):
+        hop = ops.cast(hop, "float32")
+        if samples is None:
+            start = self.layer.frame_step - self.layer.fft_length
+            return self.layer(_cut(hop, start, None) if start else hop)
         _check_batch(hop, samples, "samples")
-        window = ops.concatenate([samples, ops.cast(hop, samples.dtype)], 1)
+        window = ops.concatenate([samples, hop], 1)
         frame = self.layer(window)  # (B, 1, 2F)
         return frame, _cut(window, self.layer.frame_step, None)
 
-    def compute_output_spec(self, hop, samples):
+    def compute_output_spec(self, hop, samples=None):
         batch = hop.shape[0]
-        return (
-            keras.KerasTensor(
-                (batch, 1, 2 * self.layer.num_bins), self.layer.compute_dtype
-            ),
-            keras.KerasTensor(samples.shape, samples.dtype),
+        frame = keras.KerasTensor(
+            (batch, 1, 2 * self.layer.num_bins), self.layer.compute_dtype
         )
+        if samples is None:
+            return frame
+        return frame, keras.KerasTensor(samples.shape, samples.dtype)
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -163,8 +169,9 @@ class StreamingISTFT(_StreamStep):
         self._inverse = inverse[None].astype("float32")  # (1, step)
         self._reach = reach
 
-    def call(self, frame, tail, clock):
-        _check_batch(frame, tail, "tail")
+    def call(self, frame, tail=None, clock=None):
+        if tail is not None:
+            _check_batch(frame, tail, "tail")
         layer = self.layer
         x = ops.reshape(ops.cast(frame, "float32"), (-1, frame.shape[-1]))
         kernel = ops.concatenate(layer._float32_kernels(), axis=1)  # (fl, 2F)
@@ -172,24 +179,27 @@ class StreamingISTFT(_StreamStep):
         horizon = clock.shape[1] - 1
         valid = _multiplier(clock[:, horizon:])  # index >= 0
         step = layer.frame_step
-        zeros = ops.zeros_like(samples[:, :step])
-        added = ops.concatenate([tail, zeros], 1) + samples * valid
+        added = samples * valid
+        if tail is not None:
+            zeros = ops.zeros_like(samples[:, :step])
+            added = ops.concatenate([tail, zeros], 1) + added
         # Emitted once R frames reached the samples: index >= R - 1.
         at = horizon + 1 - self._reach
         whole = _multiplier(clock[:, at : at + 1])  # (B, 1)
         inverse = ops.convert_to_tensor(self._inverse) * whole
+        if tail is None:  # frames that do not overlap
+            return ops.cast(added * inverse, layer.compute_dtype)
         emitted = _cut(added, 0, step) * inverse  # (B, step)
         tail = _cut(added, step, None)
         return ops.cast(emitted, layer.compute_dtype), tail
 
-    def compute_output_spec(self, frame, tail, clock):
-        return (
-            keras.KerasTensor(
-                (frame.shape[0], self.layer.frame_step),
-                self.layer.compute_dtype,
-            ),
-            keras.KerasTensor(tail.shape, tail.dtype),
+    def compute_output_spec(self, frame, tail=None, clock=None):
+        samples = keras.KerasTensor(
+            (frame.shape[0], self.layer.frame_step), self.layer.compute_dtype
         )
+        if tail is None:
+            return samples
+        return samples, keras.KerasTensor(tail.shape, tail.dtype)
 
 
 def _rotate(attention, x, start):
