@@ -304,3 +304,13 @@ def _expected_bound(mode_bound, floor):
     `ROUNDING_MARGIN` times the model's relative rounding floor where
     that is larger."""
     return float(max(mode_bound, ROUNDING_MARGIN * floor))
+
+
+def _dtype_policies(model):
+    """`(policies, others)`: the names of the dtype policies of `model`
+    and every layer in it, and those other than float32 (both sorted).
+    The exporters write float32 graphs and refuse the others."""
+    policies = {model.dtype_policy.name}
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        policies.add(layer.dtype_policy.name)
+    return sorted(policies), sorted(set(policies) - {"float32"})

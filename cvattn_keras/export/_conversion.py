@@ -18,6 +18,7 @@ from cvattn_keras.export import _files
 from cvattn_keras.export._arguments import _check_model
 from cvattn_keras.export._arguments import _check_num_samples
 from cvattn_keras.export._arguments import _check_output
+from cvattn_keras.export._arguments import _dtype_policies
 from cvattn_keras.export._arguments import _input_signature
 from cvattn_keras.export._arguments import _static_shapes
 from cvattn_keras.export._calibration import _calibration_arrays
@@ -101,10 +102,7 @@ def _check_float32_policy(model):
     under mixed or half precision: the file would compute in float16 or
     bfloat16, which TFLite's builtin kernels lack (the converter's error
     then blames ordinary ops, MatMul or AddV2, as if unsupported)."""
-    policies = {model.dtype_policy.name}
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        policies.add(layer.dtype_policy.name)
-    others = sorted(policies - {"float32"})
+    policies, others = _dtype_policies(model)
     if others:
         raise ValueError(
             "export_tflite converts float32 models (float16 weights: "

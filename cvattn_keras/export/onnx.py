@@ -75,6 +75,7 @@ from cvattn_keras.export import _files
 from cvattn_keras.export._arguments import _as_input_list
 from cvattn_keras.export._arguments import _cast
 from cvattn_keras.export._arguments import _check_model
+from cvattn_keras.export._arguments import _dtype_policies
 from cvattn_keras.export._arguments import _errors_against_keras
 from cvattn_keras.export._arguments import _expected_bound
 from cvattn_keras.export._arguments import _input_names
@@ -235,10 +236,7 @@ def _check_float32(model):
     """The exporter writes float32 graphs: a mixed or half-precision
     policy would put float16/bfloat16 tensors in the file, which ONNX
     Runtime's CPU provider lacks kernels for."""
-    policies = {model.dtype_policy.name}
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        policies.add(layer.dtype_policy.name)
-    others = sorted(policies - {"float32"})
+    _, others = _dtype_policies(model)
     if others:
         raise ValueError(
             "export_onnx exports float32 models (a float16 file: "
