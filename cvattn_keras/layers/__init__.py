@@ -8,6 +8,8 @@ from cvattn_keras.layers.conversion import ComplexFromReal
 from cvattn_keras.layers.conversion import ComplexModulus
 from cvattn_keras.layers.conversion import RealReadout
 from cvattn_keras.layers.convolution import ComplexConv1D
+from cvattn_keras.layers.convolution_2d import ComplexConv2D
+from cvattn_keras.layers.convolution_2d import ComplexConv2DTranspose
 from cvattn_keras.layers.dense import ComplexDense
 from cvattn_keras.layers.dropout import ComplexDropout
 from cvattn_keras.layers.embeddings import ComplexRotaryEmbedding
@@ -24,6 +26,8 @@ __all__ = [
     "ComplexActivation",
     "ComplexBatchNormalization",
     "ComplexConv1D",
+    "ComplexConv2D",
+    "ComplexConv2DTranspose",
     "ComplexDense",
     "ComplexDropout",
     "ComplexFrequencyFrontEnd",
