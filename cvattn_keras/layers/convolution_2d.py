@@ -325,7 +325,7 @@ class ComplexConv2D(_ComplexConv2DBase):
         `(B, H', W', 2F)`: `H' = (H - d_h (kh - 1) - 1) // s_h + 1` for
         `"valid"`, `ceil(H / s_h)` for `"same"`; `W'` likewise.
 
-    Example:
+    Examples:
         A 1 x 1 kernel multiplies every pixel by `W`; here `W = i`, so
         `1 + 2i` becomes `(1 + 2i) i = -2 + i`:
 
@@ -500,7 +500,7 @@ class ComplexConv2DTranspose(_ComplexConv2DBase):
         and for `"same"` `H' = H s_h` without `output_padding`, `(H - 1)
         s_h + k' % 2 + p_h` with it; `W'` likewise.
 
-    Example:
+    Examples:
         A 1 x 1 kernel with strides `(1, 2)` spreads the pixels out,
         zeros between: here `W = i`, so `1 + 2i` becomes `-2 + i` and `3i`
         becomes `-3`:
