@@ -156,3 +156,17 @@ def test_full_int8_file_is_integer_and_stores_each_weight_once(setup):
     )
     error = np.abs(got - expected).max() / np.abs(expected).max()
     assert error <= 0.1, error
+
+
+def test_dilated_transpose_is_refused_by_name(tmp_path):
+    """TFLite's TRANSPOSE_CONV has no dilation (the docstring says so):
+    the export fails with the error that names the layer, and writes
+    nothing. A dilated `ComplexConv2D` converts (SPACE_TO_BATCH_ND)."""
+    inputs = keras.Input((8, 8, 4))
+    x = ComplexConv2D(3, 3, dilation_rate=2, padding="same")(inputs)
+    outputs = ComplexConv2DTranspose(2, 3, dilation_rate=2, name="up")(x)
+    model = keras.Model(inputs, outputs)
+    path = tmp_path / "dilated.tflite"
+    with pytest.raises(cvk.export.UnsupportedOpsError, match="'up'"):
+        cvk.export.export_tflite(model, path)
+    assert not path.exists()
