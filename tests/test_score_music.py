@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("music21")
 pytest.importorskip("pretty_midi")
 
-from cvattn_keras import _score_music  # noqa: E402
 from cvattn_keras import datasets  # noqa: E402
+from cvattn_keras.datasets import scores as _score_music  # noqa: E402
 from cvattn_keras.layers import ComplexSTFT  # noqa: E402
 from cvattn_keras.stft import frame_count  # noqa: E402
 

@@ -60,6 +60,7 @@ from cvattn_keras.export._errors import UnsupportedOpsError
 from cvattn_keras.export._modes import QUANTIZATIONS
 from cvattn_keras.export._reading import _check_tflite_file
 from cvattn_keras.export._subprocess import convert_saved_copy
+from cvattn_keras.models import generation
 
 __all__ = [
     "DECODE_INPUTS",
@@ -128,7 +129,7 @@ def _check_generator(model):
             f"{len(inputs)} input(s)"
             + (f", without layer(s) {missing}" if missing else "")
         )
-    decoders = models._decoder_layers(model)
+    decoders = generation._decoder_layers(model)
     self_shapes, cross_shapes = set(), set()
     for decoder in decoders:
         if decoder.cross_attention is None:
@@ -220,7 +221,7 @@ def _layout(model, batch_size, max_frames, source_frames):
             "target_frames: the positions it was built for). Received: "
             f"max_frames={max_frames}"
         )
-    encoder = models._CachedDecoding(model, 1, "logits", 0.0).encoder
+    encoder = generation._CachedDecoding(model, 1, "logits", 0.0).encoder
     memory = encoder.compute_output_spec(keras.KerasTensor(source))
     memory_length = memory.shape[1]
     first = decoders[0]
@@ -340,7 +341,7 @@ def _convert(model, quantization, shapes):
     from tensorflow.lite.python.convert_phase import ConverterError
 
     ops = keras.ops
-    decoding = models._CachedDecoding(model, 1, "logits", 0.0)
+    decoding = generation._CachedDecoding(model, 1, "logits", 0.0)
     memory_shape = shapes["encoder_states"]
 
     def encode_source(source):

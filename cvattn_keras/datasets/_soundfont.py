@@ -4,7 +4,7 @@
 them note by note: SF2 zones by key and velocity, root key and tuning,
 loops, the volume envelope; no filters, modulators or chorus. Written
 here so that the `music` extra needs no compiled synthesiser (see
-`cvattn_keras._score_music`).
+`cvattn_keras.datasets.scores`).
 """
 
 import struct

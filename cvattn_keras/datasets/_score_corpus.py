@@ -1,6 +1,6 @@
 """The corpus of `datasets.score_music`: music21's scores, parsed to
 notes, and the manifest (`score_music_manifest.json`) that allow-lists
-and splits them (see `cvattn_keras._score_music` for the rules)."""
+and splits them (see `cvattn_keras.datasets.scores` for the rules)."""
 
 import hashlib
 import json
@@ -9,10 +9,10 @@ import warnings
 
 import numpy as np
 
-from cvattn_keras._score_cache import FORMAT_VERSION
-from cvattn_keras._score_cache import _checksum
-from cvattn_keras._score_cache import _read_cache
-from cvattn_keras._score_cache import _write_atomic
+from cvattn_keras.datasets._score_cache import FORMAT_VERSION
+from cvattn_keras.datasets._score_cache import _checksum
+from cvattn_keras.datasets._score_cache import _read_cache
+from cvattn_keras.datasets._score_cache import _write_atomic
 
 SPLITS = ("train", "validation", "test")
 _MANIFEST = os.path.join(os.path.dirname(__file__), "score_music_manifest.json")
@@ -134,7 +134,7 @@ def _make_manifest(root=None):
     it and write `score_music_manifest.json` when the corpus changes:
 
         import json
-        from cvattn_keras import _score_music as s
+        from cvattn_keras.datasets import scores as s
         with open(s._MANIFEST, "w") as file:
             json.dump(s._make_manifest(), file, indent=1)
     """
@@ -231,7 +231,7 @@ def _corpus_file(work, root):
             f"The music21 corpus differs from the one score_music's manifest "
             f"was made from: {path} should have sha256 {work['sha256']}, it "
             f"has {found}. Install the music21 version the manifest names, "
-            "or rebuild the manifest (`_score_music._make_manifest`)."
+            "or rebuild the manifest (`datasets.scores._make_manifest`)."
         )
     return path
 

@@ -65,21 +65,23 @@ import os
 import numpy as np
 
 from cvattn_keras import _validation as check
-from cvattn_keras._score_cache import FORMAT_VERSION
-from cvattn_keras._score_cache import _cache_root
-from cvattn_keras._score_cache import _checksum
-from cvattn_keras._score_cache import _read_cache
-from cvattn_keras._score_cache import _write_atomic
-from cvattn_keras._score_corpus import _MANIFEST
-from cvattn_keras._score_corpus import SPLITS
-from cvattn_keras._score_corpus import _corpus_file
-from cvattn_keras._score_corpus import _corpus_root
-from cvattn_keras._score_corpus import _dependencies
-from cvattn_keras._score_corpus import _make_manifest as _make_manifest
-from cvattn_keras._score_corpus import _manifest
-from cvattn_keras._score_corpus import _score_notes
-from cvattn_keras._score_corpus import _sha256
-from cvattn_keras._soundfont import _SoundFont
+from cvattn_keras.datasets._score_cache import FORMAT_VERSION
+from cvattn_keras.datasets._score_cache import _cache_root
+from cvattn_keras.datasets._score_cache import _checksum
+from cvattn_keras.datasets._score_cache import _read_cache
+from cvattn_keras.datasets._score_cache import _write_atomic
+from cvattn_keras.datasets._score_corpus import _MANIFEST
+from cvattn_keras.datasets._score_corpus import SPLITS
+from cvattn_keras.datasets._score_corpus import _corpus_file
+from cvattn_keras.datasets._score_corpus import _corpus_root
+from cvattn_keras.datasets._score_corpus import _dependencies
+from cvattn_keras.datasets._score_corpus import _make_manifest as _make_manifest
+from cvattn_keras.datasets._score_corpus import _manifest
+from cvattn_keras.datasets._score_corpus import _score_notes
+from cvattn_keras.datasets._score_corpus import _sha256
+from cvattn_keras.datasets._soundfont import _SoundFont
+
+__all__ = ["ScoreMusic", "score_music"]
 
 DEFAULT_MINUTES = {"train": 30.0, "validation": 5.0, "test": 10.0}
 # The slowest tempo served, in quarter notes per minute.

@@ -1,0 +1,41 @@
+"""Built-in complex datasets (deterministic from a seed) and the MusicNet
+loader, one module per family. Every complex array is returned in the
+stacked layout `[real | imag]` on the last axis, float32.
+
+- `synthetic_music` (`datasets.music`): a MusicNet-like transcription
+  task: polyphonic harmonic notes, complex STFT frames, multi-hot note
+  labels per frame; or (`output="waveform"`) the audio itself with the
+  labels aligned to the frames of a `ComplexSTFT` (`synthetic_music_stft`
+  gives the one that reproduces the spectra).
+- `synthetic_modulation` (`datasets.modulation`): radio IQ sequences of
+  standard digital modulations with random carrier phase, frequency offset
+  and noise, labelled by modulation.
+- `score_music` (`datasets.scores`): real scores (music21's corpus: Bach
+  chorales, Haydn, Mozart and Beethoven quartets) played by sampled
+  instruments (a General MIDI SoundFont), humanised, as audio with note
+  labels aligned to a `ComplexSTFT`'s frames: a MusicNet stand-in (the
+  `music` extra).
+- `load_musicnet` (`datasets.music`): MusicNet features as preprocessed by
+  the Complex Transformer pipeline (64 frames x [Re(2048) | Im(2048)], 128
+  notes).
+"""
+
+from cvattn_keras.datasets.modulation import MODULATIONS
+from cvattn_keras.datasets.modulation import synthetic_modulation
+from cvattn_keras.datasets.music import highest_audible_note
+from cvattn_keras.datasets.music import load_musicnet
+from cvattn_keras.datasets.music import synthetic_music
+from cvattn_keras.datasets.music import synthetic_music_stft
+from cvattn_keras.datasets.scores import ScoreMusic
+from cvattn_keras.datasets.scores import score_music
+
+__all__ = [
+    "MODULATIONS",
+    "ScoreMusic",
+    "highest_audible_note",
+    "load_musicnet",
+    "score_music",
+    "synthetic_modulation",
+    "synthetic_music",
+    "synthetic_music_stft",
+]
