@@ -178,7 +178,7 @@ def test_gfsk_waveform_of_given_bits(samples_per_symbol, bits):
     """`_gfsk` of given bits, short and long: the definition's waveform,
     `symbols * samples_per_symbol` samples long."""
     bits = np.array([bits])
-    wave = datasets._gfsk(bits, samples_per_symbol)
+    wave = datasets.modulation._gfsk(bits, samples_per_symbol)
     assert wave.shape == (1, bits.size * samples_per_symbol)
     expected = gfsk_reference(bits, samples_per_symbol)
     np.testing.assert_allclose(wave, expected, atol=1e-9)
@@ -193,7 +193,7 @@ def test_gfsk_of_the_issue(samples_per_symbol, symbols):
     long (33 before the cut to `length`); four symbols are still shorter
     than the filter, five and 32 longer."""
     bits = np.random.default_rng(symbols).integers(2, size=(3, symbols))
-    wave = datasets._gfsk(bits, samples_per_symbol)
+    wave = datasets.modulation._gfsk(bits, samples_per_symbol)
     assert wave.shape == (3, symbols * samples_per_symbol)
     expected = gfsk_reference(bits, samples_per_symbol)
     assert np.abs(wave - expected).max() < 1e-9
