@@ -17,6 +17,11 @@ from cvattn_keras.layers.embeddings import SinusoidalPositionalEncoding
 from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
 from cvattn_keras.layers.normalization import ComplexLayerNormalization
 from cvattn_keras.layers.normalization import ComplexRMSNormalization
+from cvattn_keras.layers.patches import ComplexPatchEmbedding
+from cvattn_keras.layers.patches import ComplexPatchUnembedding
+from cvattn_keras.layers.pooling import ComplexAveragePooling2D
+from cvattn_keras.layers.pooling import ComplexMaxPooling2D
+from cvattn_keras.layers.pooling import ComplexUpSampling2D
 from cvattn_keras.layers.stft import ComplexISTFT
 from cvattn_keras.layers.stft import ComplexSTFT
 from cvattn_keras.layers.transformer import ComplexTransformerDecoder
@@ -24,6 +29,7 @@ from cvattn_keras.layers.transformer import ComplexTransformerEncoder
 
 __all__ = [
     "ComplexActivation",
+    "ComplexAveragePooling2D",
     "ComplexBatchNormalization",
     "ComplexConv1D",
     "ComplexConv2D",
@@ -34,13 +40,17 @@ __all__ = [
     "ComplexFromReal",
     "ComplexISTFT",
     "ComplexLayerNormalization",
+    "ComplexMaxPooling2D",
     "ComplexModulus",
     "ComplexMultiHeadAttention",
+    "ComplexPatchEmbedding",
+    "ComplexPatchUnembedding",
     "ComplexRMSNormalization",
     "ComplexRotaryEmbedding",
     "ComplexSTFT",
     "ComplexTransformerDecoder",
     "ComplexTransformerEncoder",
+    "ComplexUpSampling2D",
     "ModReLU",
     "RealReadout",
     "SinusoidalPositionalEncoding",
