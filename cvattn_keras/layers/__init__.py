@@ -14,6 +14,8 @@ from cvattn_keras.layers.dense import ComplexDense
 from cvattn_keras.layers.dropout import ComplexDropout
 from cvattn_keras.layers.embeddings import ComplexRotaryEmbedding
 from cvattn_keras.layers.embeddings import SinusoidalPositionalEncoding
+from cvattn_keras.layers.fourier import ComplexDataConsistency
+from cvattn_keras.layers.fourier import ComplexFFT2D
 from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
 from cvattn_keras.layers.normalization import ComplexLayerNormalization
 from cvattn_keras.layers.normalization import ComplexRMSNormalization
@@ -34,8 +36,10 @@ __all__ = [
     "ComplexConv1D",
     "ComplexConv2D",
     "ComplexConv2DTranspose",
+    "ComplexDataConsistency",
     "ComplexDense",
     "ComplexDropout",
+    "ComplexFFT2D",
     "ComplexFrequencyFrontEnd",
     "ComplexFromReal",
     "ComplexISTFT",
