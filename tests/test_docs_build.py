@@ -71,20 +71,10 @@ def _defined_names(module):
 
 # Spelled without an underscore, but the library's own helpers, not its
 # API (issue 31): the reference leaves them out, and fails if it shows
-# them. Module level: `layers.attention`'s mask checks (from
-# `layers._attention_masks`), `whiten` (from `layers._whitening`, in
-# `layers.normalization.__all__`), `layers.transformer.NORMALIZATIONS`;
-# the layers' methods and properties `ComplexConv1D.call_columns`,
-# `ComplexDense.in_features`, `ComplexFrequencyFrontEnd.lengths`.
-INTERNAL = {
-    "check_attention_mask_shape",
-    "mask_shape",
-    "whiten",
-    "NORMALIZATIONS",
-    "call_columns",
-    "in_features",
-    "lengths",
-}
+# them. The layers' methods and properties `ComplexConv1D.call_columns`,
+# `ComplexDense.in_features`, `ComplexFrequencyFrontEnd.lengths` (the
+# module-level helpers have an underscore).
+INTERNAL = {"call_columns", "in_features", "lengths"}
 
 
 def public_names(module):

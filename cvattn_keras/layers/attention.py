@@ -12,8 +12,10 @@ from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
 from cvattn_keras._attention_args import all_of
-from cvattn_keras.layers._attention_masks import check_attention_mask_shape
-from cvattn_keras.layers._attention_masks import mask_shape
+from cvattn_keras.layers._attention_masks import (
+    check_attention_mask_shape as _check_attention_mask_shape,
+)
+from cvattn_keras.layers._attention_masks import mask_shape as _mask_shape
 from cvattn_keras.layers._projections import block_einsum
 from cvattn_keras.layers._projections import gauss_einsum
 from cvattn_keras.layers._projections import matmul_once
@@ -538,10 +540,10 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             ("key_mask", key_mask, (batch, keys), "(B, S)"),
         ):
             if mask is not None:
-                core.check_mask_shape(mask_shape(mask), target, name, layout)
+                core.check_mask_shape(_mask_shape(mask), target, name, layout)
         if attention_mask is not None:
-            check_attention_mask_shape(
-                mask_shape(attention_mask),
+            _check_attention_mask_shape(
+                _mask_shape(attention_mask),
                 query_shape,
                 value_shape,
                 self.num_heads,

@@ -15,9 +15,9 @@ the moving statistic is the inverse square root itself.
 
 `ComplexLayerNormalization` and `ComplexRMSNormalization` are defined
 here; `ComplexBatchNormalization` in `batch_normalization` (importable
-from here too). The whitening mathematics (`whiten`, the scale-invariant,
-NaN-safe statistics and the plain statistics of integer TFLite files) is
-in `_whitening`.
+from here too). The whitening mathematics (the scale-invariant, NaN-safe
+statistics and the plain statistics of integer TFLite files) is in
+`_whitening`.
 """
 
 import keras
@@ -40,14 +40,12 @@ from cvattn_keras.layers._whitening import _scale_sqrt
 from cvattn_keras.layers._whitening import _stat_dtype
 from cvattn_keras.layers._whitening import _whitening_statistics
 from cvattn_keras.layers._whitening import _zero_epsilon_exponent
-from cvattn_keras.layers._whitening import whiten
 from cvattn_keras.layers.batch_normalization import ComplexBatchNormalization
 
 __all__ = [
     "ComplexBatchNormalization",
     "ComplexLayerNormalization",
     "ComplexRMSNormalization",
-    "whiten",
 ]
 
 

@@ -7,8 +7,10 @@ from cvattn_keras import activations
 from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
-from cvattn_keras.layers._attention_masks import check_attention_mask_shape
-from cvattn_keras.layers._attention_masks import mask_shape
+from cvattn_keras.layers._attention_masks import (
+    check_attention_mask_shape as _check_attention_mask_shape,
+)
+from cvattn_keras.layers._attention_masks import mask_shape as _mask_shape
 from cvattn_keras.layers._weights import resolve_option
 from cvattn_keras.layers.activations import ComplexActivation
 from cvattn_keras.layers.activations import ModReLU
@@ -19,7 +21,7 @@ from cvattn_keras.layers.normalization import ComplexLayerNormalization
 from cvattn_keras.layers.normalization import ComplexRMSNormalization
 from cvattn_keras.layers.normalization import _features
 
-NORMALIZATIONS = ("whitening", "naive", "rms")
+_NORMALIZATIONS = ("whitening", "naive", "rms")
 """The `normalization` choices of the transformer layers."""
 
 
@@ -85,9 +87,9 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         rotary_max_wavelength = check.greater_than(
             rotary_max_wavelength, "rotary_max_wavelength", 1.0, True
         )
-        if normalization not in NORMALIZATIONS:
+        if normalization not in _NORMALIZATIONS:
             raise ValueError(
-                f"`normalization` must be one of {list(NORMALIZATIONS)}. "
+                f"`normalization` must be one of {list(_NORMALIZATIONS)}. "
                 f"Received: normalization={normalization!r}"
             )
         layer_norm_epsilon = _check_layer_norm_epsilon(
@@ -226,12 +228,12 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         for name, (mask, shape, layout) in padding.items():
             if mask is not None:
                 core.check_mask_shape(
-                    mask_shape(mask), tuple(shape)[:2], name, layout
+                    _mask_shape(mask), tuple(shape)[:2], name, layout
                 )
         for name, (mask, query_shape, value_shape) in attention_masks.items():
             if mask is not None:
-                check_attention_mask_shape(
-                    mask_shape(mask),
+                _check_attention_mask_shape(
+                    _mask_shape(mask),
                     query_shape,
                     value_shape,
                     self.num_heads,
@@ -719,7 +721,7 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
                 "`self_attention_cache` (the padding of the cached steps is "
                 "unknown); pass a `self_attention_mask` (B, T, T_max) "
                 "instead. Received: decoder_padding_mask.shape="
-                f"{tuple(mask_shape(decoder_padding_mask))}"
+                f"{tuple(_mask_shape(decoder_padding_mask))}"
             )
 
     def _check_decoder_masks(
@@ -851,4 +853,4 @@ def _describe(tensor):
     """`None`, or a tensor by its shape (for error messages)."""
     if tensor is None:
         return "None"
-    return f"<tensor of shape {tuple(mask_shape(tensor))}>"
+    return f"<tensor of shape {tuple(_mask_shape(tensor))}>"
