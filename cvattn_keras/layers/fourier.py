@@ -43,18 +43,20 @@ converter folded a transpose, two reshapes and a transpose (one
 transform's end and the next one's start, when the reshape came first)
 into one reshape, a wrong file for square images.
 
-Gauss's three-product form was measured against the block form (XLA on
-TensorFlow, `jax.jit`, torch eager; a 2-core CPU; forward and forward +
-backward, ms, the best of 3 rounds): at 64 x 64 (batch 8) block / Gauss
-forward TensorFlow 0.75 / 0.80, JAX 0.48 / 0.42, torch 0.81 / 7.7;
-forward + backward 1.13 / 1.45, 0.87 / 0.92, 1.6 / 13.5; at 256 x 256
-(batch 2) forward 5.3-8.0 / 5.4, 5.1 / 4.4, 10.4 / 29.8, forward +
-backward 13.7 / 12.6, 8.8 / 8.3, 22 / 46 (a shared machine: +-30%).
-Gauss saves at most 15% under XLA at 256 x 256 (within the noise),
-loses at 64 x 64 and is 3-9x slower on torch (its slices of the
-transposed parts are copied), and its sums add rounding error (2.6e-6
-against 1.8e-6 on a 6 x 5 image): the block form is kept. (A left
-product of the image by `[C; S]`, without transposes, was 1-4x slower.)
+Gauss's three-product form was measured against it
+(`benchmarks/fft2d_forms.py`: TensorFlow, a shared 2-core CPU, two runs;
+Gauss's time over the block form's, with XLA / without): 64 x 64 (batch
+8) forward 0.79-0.85 / 1.38-1.45, forward + backward 1.09-1.21 /
+2.6-4.8; 256 x 256 (batch 2) forward 0.95-1.63 / 1.00-1.19, forward +
+backward 1.09-1.11 / 1.45-1.64. Under `jax.jit` within 15% either way,
+under torch 3-9x slower (the slices of the transposed parts are
+copied); its sums add rounding error (2.6e-6 against 1.8e-6 on a 6 x 5
+image). It wins only XLA's forward pass at 64 x 64: the block form is
+kept. (A left product of the image by `[C; S]`, without transposes, was
+1-4x slower.) TensorFlow's complex64 FFT (`tf.signal.fft2d`, `O(H W
+log(H W))`) takes 0.6-0.9 of the block form's time at 64 x 64 and
+0.2-0.3 at 256 x 256 (with XLA), but has no TFLite builtin, no half
+precision and no integer kernel.
 
 **Precision.** The transform always runs in float32 (float64 for float64
 input), whatever the dtype policy. Measured on a 64 x 64 image (a disc
@@ -432,7 +434,7 @@ class ComplexFFT2D(keras.layers.Layer):
     134 in float32, and with `norm="backward"` its zero frequency
     overflows from 256 x 256), and the result is cast to the compute
     dtype. `H W (H + W)` complex multiply-adds per channel (an FFT's `H W
-    log2(H W)`): 0.75 ms for 8 images of 64 x 64 on a 2-core CPU; meant
+    log2(H W)`): about 1 ms for 8 images of 64 x 64 on a 2-core CPU; meant
     for images up to a few hundred pixels a side.
 
     Args:
