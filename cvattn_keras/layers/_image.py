@@ -62,9 +62,7 @@ def check_image(layer, input_shape, what="2 * channels"):
 def spatial(input_shape):
     """The static `(H, W)` of an image shape (`None` where unknown or
     symbolic)."""
-    return check.static_size(input_shape[1]), check.static_size(
-        input_shape[2]
-    )
+    return check.static_size(input_shape[1]), check.static_size(input_shape[2])
 
 
 def pooled_size(size, pool, stride, padding):
