@@ -1,6 +1,8 @@
 """Micro-averaged average precision, the paper's MusicNet metric, as a
-streaming Keras metric; and the transcription field's scores on whole
-arrays (`transcription_scores`, with `frames_to_notes`'s decoding).
+streaming Keras metric; the transcription field's scores on whole
+arrays (`transcription_scores`, with `frames_to_notes`'s decoding); and
+the image-quality scores of MRI reconstruction (`nmse`, `psnr`, `ssim`
+on magnitudes, as fastMRI's, and `phase_error`), NumPy, per image.
 """
 
 import warnings
@@ -9,10 +11,16 @@ import keras
 import numpy as np
 from keras import ops
 
+from cvattn_keras import _image_quality
+
 __all__ = [
     "MicroAveragedPrecision",
     "average_precision",
     "frames_to_notes",
+    "nmse",
+    "phase_error",
+    "psnr",
+    "ssim",
     "transcription_scores",
 ]
 
@@ -693,3 +701,153 @@ def transcription_scores(
         "note_recall": float(recall),
         "note_f1": float(f1),
     }
+
+
+# ----------------------------------------------------------------------
+# Image quality (NumPy), as fastMRI's `evaluate.py` scores reconstructions:
+# on magnitude images, one value per image of a batch (the checks and
+# window sums in `_image_quality`).
+# ----------------------------------------------------------------------
+
+
+def nmse(target, prediction):
+    """Normalised mean squared error per image, `||target - prediction||^2
+    / ||target||^2` over its pixels (fastMRI's NMSE, per image rather
+    than per volume): 0 for a perfect prediction, 1 for zeros. An
+    all-zero target gives 0 against zeros, `inf` against anything else.
+
+    Args:
+        target: the ground truth: magnitudes `(N, H, W)`, or complex
+            images (a complex `(N, H, W)` array or stacked `(N, H, W, 2)`
+            floats), whose modulus is scored.
+        prediction: the same shape, either kind.
+
+    Returns:
+        float64 `(N,)`.
+
+    Example:
+
+    >>> nmse(np.ones((1, 4, 4)), np.full((1, 4, 4), 0.5))
+    array([0.25])
+    """
+    target, prediction = _image_pair(target, prediction)
+    error = np.sum((target - prediction) ** 2, axis=(1, 2))
+    energy = np.sum(target**2, axis=(1, 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(error == 0, 0.0, error / energy)
+
+
+def psnr(target, prediction, data_range=None):
+    """Peak signal-to-noise ratio per image in dB, `10 log10(data_range^2
+    / MSE)` (scikit-image's `peak_signal_noise_ratio`; fastMRI's PSNR with
+    `data_range` the target's maximum). `inf` where the prediction is
+    exact.
+
+    Args:
+        target: magnitudes `(N, H, W)` or complex images, as in `nmse`.
+        prediction: the same shape, either kind.
+        data_range: a number > 0, one per image `(N,)`, or `None` (the
+            default): each target image's maximum, which must then be > 0.
+
+    Returns:
+        float64 `(N,)`.
+
+    Example:
+
+    >>> psnr(np.ones((1, 4, 4)), np.full((1, 4, 4), 0.9))
+    array([20.])
+    """
+    target, prediction = _image_pair(target, prediction)
+    peak = _image_quality.data_range(data_range, target)
+    mse = np.mean((target - prediction) ** 2, axis=(1, 2))
+    with np.errstate(divide="ignore"):
+        return 10 * np.log10(peak**2 / mse)
+
+
+def ssim(target, prediction, data_range=None, win_size=7):
+    """Structural similarity per image: scikit-image's
+    `structural_similarity` with its defaults (fastMRI's SSIM).
+
+    Over each `win_size x win_size` window inside the image (a border of
+    `(win_size - 1) // 2` pixels is left out, as scikit-image crops it),
+    with the window's means `m`, sample variances `v` and covariance `c`
+    (`win_size^2 / (win_size^2 - 1)` times the population ones), `C1 =
+    (0.01 data_range)^2` and `C2 = (0.03 data_range)^2`: `(2 m_t m_p +
+    C1)(2 c + C2) / ((m_t^2 + m_p^2 + C1)(v_t + v_p + C2))`, averaged over
+    the windows. In float64 (scikit-image computes float32 in float32).
+
+    Args:
+        target: magnitudes `(N, H, W)` or complex images, as in `nmse`; H
+            and W at least `win_size`.
+        prediction: the same shape, either kind.
+        data_range: a number > 0, one per image `(N,)`, or `None` (the
+            default): each target image's maximum, which must then be > 0
+            (fastMRI takes its volume's maximum: pass that to match).
+        win_size: the window's side, an odd int >= 3. Defaults to 7.
+
+    Returns:
+        float64 `(N,)`, 1 for identical images.
+
+    Example:
+
+    >>> image = np.linspace(0, 1, 100).reshape(1, 10, 10)
+    >>> ssim(image, image)
+    array([1.])
+    """
+    target, prediction = _image_pair(target, prediction)
+    size = _image_quality.win_size(win_size, target.shape)
+    peak = _image_quality.data_range(data_range, target)[:, None, None]
+    c1, c2 = (0.01 * peak) ** 2, (0.03 * peak) ** 2
+    mean_t, mean_p, tt, pp, tp = (
+        _image_quality.box_means(x, size)
+        for x in (target, prediction, target**2, prediction**2)
+        + (target * prediction,)
+    )
+    sample = size**2 / (size**2 - 1)
+    var_t, var_p = sample * (tt - mean_t**2), sample * (pp - mean_p**2)
+    cov = sample * (tp - mean_t * mean_p)
+    similarity = ((2 * mean_t * mean_p + c1) * (2 * cov + c2)) / (
+        (mean_t**2 + mean_p**2 + c1) * (var_t + var_p + c2)
+    )
+    return np.mean(similarity, axis=(1, 2))
+
+
+def phase_error(target, prediction, support=None):
+    """Mean absolute phase error per image, in radians: the mean over the
+    pixels of `support` of `|angle(prediction conj(target))|`, the phase
+    difference wrapped to [-pi, pi] (so in [0, pi]). A zero pixel has
+    phase 0 (numpy's `angle`).
+
+    Args:
+        target: complex images, a complex `(N, H, W)` array or stacked
+            `(N, H, W, 2)` floats.
+        prediction: the same shape, either kind.
+        support: where to measure (the object: `synthetic_mri`'s
+            `support`), bool or 0/1, `(N, H, W)` or `(H, W)` for all, at
+            least one pixel per image; `None` (the default): every pixel.
+
+    Returns:
+        float64 `(N,)`.
+
+    Example:
+
+    >>> target = np.ones((1, 2, 2), complex)
+    >>> phase_error(target, 1j * target)
+    array([1.57079633])
+    """
+    target, prediction = _image_quality.same_shape(
+        _image_quality.complex_images(target, "target"),
+        _image_quality.complex_images(prediction, "prediction"),
+    )
+    support = _image_quality.support_mask(support, target.shape)
+    difference = np.abs(np.angle(prediction * np.conj(target)))
+    return np.sum(difference * support, axis=(1, 2)) / np.sum(
+        support, axis=(1, 2)
+    )
+
+
+def _image_pair(target, prediction):
+    return _image_quality.same_shape(
+        _image_quality.magnitudes(target, "target"),
+        _image_quality.magnitudes(prediction, "prediction"),
+    )

@@ -15,11 +15,17 @@ stacked layout `[real | imag]` on the last axis, float32.
   instruments (a General MIDI SoundFont), humanised, as audio with note
   labels aligned to a `ComplexSTFT`'s frames: a MusicNet stand-in (the
   `music` extra).
+- `synthetic_mri` (`datasets.images`): simulated accelerated MRI:
+  complex phantoms of the Shepp-Logan family with smooth phase maps,
+  their noisy k-space (numpy's order), fastMRI-like column masks and
+  the zero-filled reconstructions (a `SyntheticMRI`).
 - `load_musicnet` (`datasets.music`): MusicNet features as preprocessed by
   the Complex Transformer pipeline (64 frames x [Re(2048) | Im(2048)], 128
   notes).
 """
 
+from cvattn_keras.datasets.images import SyntheticMRI
+from cvattn_keras.datasets.images import synthetic_mri
 from cvattn_keras.datasets.modulation import MODULATIONS
 from cvattn_keras.datasets.modulation import synthetic_modulation
 from cvattn_keras.datasets.music import highest_audible_note
@@ -32,10 +38,12 @@ from cvattn_keras.datasets.scores import score_music
 __all__ = [
     "MODULATIONS",
     "ScoreMusic",
+    "SyntheticMRI",
     "highest_audible_note",
     "load_musicnet",
     "score_music",
     "synthetic_modulation",
+    "synthetic_mri",
     "synthetic_music",
     "synthetic_music_stft",
 ]
