@@ -3,12 +3,21 @@
 - `models.music`: the paper's MusicNet models (`music_classifier`,
   `music_generator`) and a real-valued baseline (`real_music_classifier`);
 - `models.generation`: `generate`, autoregressive decoding with a
-  `music_generator` model, and `shift_right` (teacher forcing).
+  `music_generator` model, and `shift_right` (teacher forcing);
+- `models.images`: image reconstruction from undersampled k-space (MRI),
+  with data consistency: `mri_transformer` (a complex vision transformer
+  with CAtt), `complex_unet`, and real-valued baselines of about the same
+  parameter count (`real_mri_transformer`, `real_unet`).
 """
 
 from cvattn_keras.models.generation import FEEDBACKS
 from cvattn_keras.models.generation import generate
 from cvattn_keras.models.generation import shift_right
+from cvattn_keras.models.images import MASKS
+from cvattn_keras.models.images import complex_unet
+from cvattn_keras.models.images import mri_transformer
+from cvattn_keras.models.images import real_mri_transformer
+from cvattn_keras.models.images import real_unet
 from cvattn_keras.models.music import FRONTEND_FILTERS
 from cvattn_keras.models.music import FRONTEND_KERNEL_SIZES
 from cvattn_keras.models.music import music_classifier
@@ -20,10 +29,15 @@ __all__ = [
     "FEEDBACKS",
     "FRONTEND_FILTERS",
     "FRONTEND_KERNEL_SIZES",
+    "MASKS",
+    "complex_unet",
     "generate",
+    "mri_transformer",
     "music_classifier",
     "music_generator",
+    "real_mri_transformer",
     "real_music_classifier",
+    "real_unet",
     "shift_right",
     "waveform_length",
 ]
