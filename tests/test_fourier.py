@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from backend_utils import compiled
 from backend_utils import gradients
+from backend_utils import has_float64
 from backend_utils import to_numpy
 
 import cvattn_keras as cvk
@@ -160,6 +161,8 @@ MASKS = {
     "H,W": lambda rng: (rng.random((6, 8)) < 0.5).astype("float32"),
     "1,W": lambda rng: (rng.random((1, 8)) < 0.5).astype("float32"),
     "B,H,W,1": lambda rng: (rng.random((2, 6, 8, 1)) < 0.5).astype("float32"),
+    "H,W,1": lambda rng: (rng.random((6, 8, 1)) < 0.5).astype("float32"),
+    "1,W,1": lambda rng: (rng.random((1, 8, 1)) < 0.5).astype("float32"),
 }
 
 
@@ -169,9 +172,50 @@ def test_data_consistency_matches_numpy(rng, mask_kind):
     mask = MASKS[mask_kind](rng)
     layer = ComplexDataConsistency()
     out = layer(cvk.to_stacked(image), cvk.to_stacked(kspace), mask)
-    numpy_mask = mask[..., 0] if mask.ndim == 4 else mask
+    # The trailing axis of 1 of the last three kinds dropped (never a
+    # width: these images are 8 wide).
+    numpy_mask = mask[..., 0] if mask_kind.endswith(",1") else mask
     want = _numpy_consistency(image, kspace, numpy_mask, "ortho", False)
     _close(_complex(out), want)
+
+
+@pytest.mark.skipif(not has_float64(), reason="the backend has no float64")
+@pytest.mark.skipif(
+    keras.backend.backend() == "torch",
+    reason="Keras 3.15's torch matmul returns float32 for float64 operands "
+    "(its result_type of two torch.float64 dtypes is float32)",
+)
+def test_a_float64_policy_transforms_in_float64(rng):
+    """Under a float64 policy the layers keep float64 (float32 under the
+    others): 1e-12 of the largest value, float64 rounding through two
+    8-point sums with margin (float32 would give ~1e-6)."""
+    image, kspace = _random(rng, (2, 8, 6, 1)), _random(rng, (2, 8, 6, 1))
+    x = cvk.to_stacked(image, "float64")
+    y = ComplexFFT2D(norm="ortho", dtype="float64")(x)
+    assert keras.backend.standardize_dtype(y.dtype) == "float64"
+    _close(_complex(y), _numpy_fft2(image, False, "ortho"), rtol=1e-12)
+    mask = _columns(rng, 2, 8, 6)
+    # Tensors, not NumPy arrays: Keras converts a layer's NumPy arguments
+    # after the first one to float32 on PyTorch.
+    measured = keras.ops.convert_to_tensor(cvk.to_stacked(kspace, "float64"))
+    out = ComplexDataConsistency(dtype="float64")(
+        keras.ops.convert_to_tensor(x), measured, mask
+    )
+    want = _numpy_consistency(image, kspace, mask, "ortho", False)
+    _close(_complex(out), want, rtol=1e-12)
+
+
+def test_a_trailing_axis_of_one_is_not_read_as_a_width(rng):
+    """On square images a `(1, W, 1)` mask could pass for `(B, H, W)`
+    with W = 1 and broadcast one column over the rows; it is the columns
+    `(1, W)` with a trailing axis, as documented."""
+    image, kspace = _random(rng, (2, 8, 8, 1)), _random(rng, (2, 8, 8, 1))
+    columns = (rng.random((1, 8)) < 0.5).astype("float32")
+    layer = ComplexDataConsistency()
+    stacked = cvk.to_stacked(image), cvk.to_stacked(kspace)
+    want = _numpy_consistency(image, kspace, columns, "ortho", False)
+    for mask in (columns, columns[..., None], columns[None, :, :, None]):
+        _close(_complex(layer(*stacked, mask)), want)
 
 
 @pytest.mark.parametrize(

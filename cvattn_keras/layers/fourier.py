@@ -58,8 +58,10 @@ log(H W))`) takes 0.6-0.9 of the block form's time at 64 x 64 and
 0.2-0.3 at 256 x 256 (with XLA), but has no TFLite builtin, no half
 precision and no integer kernel.
 
-**Precision.** The transform always runs in float32 (float64 for float64
-input), whatever the dtype policy. Measured on a 64 x 64 image (a disc
+**Precision.** The transform runs in float32 whatever the dtype policy
+(float64 for float64 input to the functions, and in the layers under a
+float64 policy; Keras 3.15's PyTorch backend multiplies float64 matrices
+in float32). Measured on a 64 x 64 image (a disc
 of ones with a smooth phase; NumPy complex128 reference): float32 error
 2e-7 of the k-space's norm (134 dB), float16 3.8e-4 (68 dB; 1.7e-3 in
 the upper half of the frequencies, where a phantom's k-space is small),
@@ -303,14 +305,20 @@ def _check_mask_shape(mask_shape, image_shape):
     """Raises unless a sampling mask of `mask_shape` broadcasts to the
     `(B, H, W)` of stacked images of `image_shape` `(B, H, W, 2C)`
     without enlarging it (each of its axes, right-aligned, 1 or the
-    image's; a trailing axis of 1 is dropped first, from rank 4). Sizes
+    image's; a trailing axis of 1 is dropped first: at rank 4, and at
+    rank 3 when the images are more than one pixel wide). Sizes
     not known statically are not compared. Returns the mask's rank
     without a trailing axis of 1."""
     mask_shape, image_shape = tuple(mask_shape), tuple(image_shape)
     sizes = check.static_shape(mask_shape)
+    image_width = check.static_shape(image_shape)[-2]
     if len(sizes) == 4:
         if sizes[-1] not in (1, None):
             raise _mask_error(mask_shape, image_shape, "rank 4: last axis 1")
+        sizes = sizes[:-1]
+    elif len(sizes) == 3 and sizes[-1] == 1 and image_width != 1:
+        # (H, W, 1) or (1, W, 1): a trailing axis of 1, not a width of 1
+        # (read as (B, H, W), it would broadcast one column over the rows).
         sizes = sizes[:-1]
     if not 1 <= len(sizes) <= 3:
         raise _mask_error(mask_shape, image_shape, f"rank {len(mask_shape)}")
@@ -398,6 +406,12 @@ def _non_negative(value, name):
             f"Received: {name}={value!r}"
         )
     return float(value)
+
+
+def _transform_dtype(compute_dtype):
+    """The layers' transform dtype: float64 under a float64 policy,
+    float32 under every other (float16 and bfloat16 included)."""
+    return "float64" if compute_dtype == "float64" else "float32"
 
 
 def _check_float(tensor, name, layer):
@@ -490,7 +504,7 @@ class ComplexFFT2D(keras.layers.Layer):
 
     def call(self, inputs):
         _check_float(inputs, "inputs", self)
-        x = ops.cast(inputs, "float32")
+        x = ops.cast(inputs, _transform_dtype(self.compute_dtype))
         y = _fft2(x, self.inverse, self.norm, self.centered)
         return ops.cast(y, self.compute_dtype)
 
@@ -644,9 +658,10 @@ class ComplexDataConsistency(keras.layers.Layer):
             weight = self.data_weight_variable
         else:
             weight = self.data_weight
+        dtype = _transform_dtype(self.compute_dtype)
         out = data_consistency(
-            ops.cast(image, "float32"),
-            ops.cast(kspace, "float32"),
+            ops.cast(image, dtype),
+            ops.cast(kspace, dtype),
             sampling_mask,
             norm=self.norm,
             centered=self.centered,
