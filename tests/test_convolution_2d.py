@@ -290,6 +290,13 @@ CONV_ARGUMENTS = [
 ]
 
 
+@pytest.mark.parametrize("cls", [ComplexConv2D, ComplexConv2DTranspose])
+def test_padding_in_any_case(cls):
+    """As Keras' Conv2D (and the pooling layers): "SAME" is "same"."""
+    layer = cls(2, 3, padding="SAME")
+    assert layer.padding == "same" and layer.get_config()["padding"] == "same"
+
+
 @pytest.mark.parametrize("kwargs, match", CONV_ARGUMENTS)
 @pytest.mark.parametrize("cls", [ComplexConv2D, ComplexConv2DTranspose])
 def test_bad_arguments(cls, kwargs, match):

@@ -7,10 +7,11 @@ from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
 
-def pair(value, name):
-    """`value` as a pair of positive ints `(height, width)`: one positive
-    int is used for both; a sequence must hold exactly two. Anything else
-    is a `ValueError` naming the argument and echoing the value."""
+def pair(value, name, minimum=1):
+    """`value` as a pair of ints `(height, width)`, each at least `minimum`
+    (1: positive): one int is used for both; a sequence must hold exactly
+    two. Anything else is a `ValueError` naming the argument and echoing
+    the value."""
     items = value
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         items = (value, value)
@@ -26,12 +27,13 @@ def pair(value, name):
         or not all(
             isinstance(item, numbers.Integral)
             and not isinstance(item, bool)
-            and item >= 1
+            and item >= minimum
             for item in items
         )
     ):
+        kind = "positive int" if minimum == 1 else f"int >= {minimum}"
         raise ValueError(
-            f"`{name}` must be a positive int or a pair of positive ints "
+            f"`{name}` must be a {kind} or a pair of {kind}s "
             f"(height, width). Received: {name}={value!r}"
         )
     return tuple(int(item) for item in items)

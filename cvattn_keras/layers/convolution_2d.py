@@ -51,37 +51,10 @@ from keras import ops
 from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
+from cvattn_keras.layers import _image
 from cvattn_keras.layers._weights import add_complex_weights
 from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
-
-_PADDINGS = ("valid", "same")
-
-
-def _pair(value, name, minimum=1):
-    """`value` as `(height, width)`: one int (both axes) or a sequence of
-    two ints, each at least `minimum`; else a `ValueError` naming
-    `name` and the value."""
-    items = value
-    if check._is_int(value):
-        items = (value, value)
-    try:
-        items = tuple(
-            item.item() if hasattr(item, "item") else item for item in items
-        )
-    except TypeError:
-        items = ()
-    if (
-        isinstance(value, (str, bytes))
-        or len(items) != 2
-        or not all(check._is_int(item) and item >= minimum for item in items)
-    ):
-        kind = "positive" if minimum == 1 else f">= {minimum}"
-        raise ValueError(
-            f"`{name}` must be an integer {kind} or a sequence of two such "
-            f"integers (height, width). Received: {name}={value!r}"
-        )
-    return tuple(int(item) for item in items)
 
 
 def _spans(kernel_size, dilation_rate):
@@ -97,8 +70,8 @@ def _output_padding(value, kernel_size, strides, padding, dilation_rate):
     (see the class)."""
     if value is None:
         return None
-    output_padding = _pair(value, "output_padding", 0)
-    strides = _pair(strides, "strides")
+    output_padding = _image.pair(value, "output_padding", 0)
+    strides = _image.pair(strides, "strides")
     if any(p >= s for p, s in zip(output_padding, strides)):
         # As Keras: more would add rows no input reaches.
         raise ValueError(
@@ -106,8 +79,8 @@ def _output_padding(value, kernel_size, strides, padding, dilation_rate):
             f"axis. Received: output_padding={output_padding}, "
             f"strides={strides}"
         )
-    kernel_size = _pair(kernel_size, "kernel_size")
-    spans = _spans(kernel_size, _pair(dilation_rate, "dilation_rate"))
+    kernel_size = _image.pair(kernel_size, "kernel_size")
+    spans = _spans(kernel_size, _image.pair(dilation_rate, "dilation_rate"))
     if padding == "same" and any(
         p == 0 and span % 2 == 0 for p, span in zip(output_padding, spans)
     ):
@@ -119,7 +92,7 @@ def _output_padding(value, kernel_size, strides, padding, dilation_rate):
             "an axis whose dilated kernel size (dilation_rate * "
             "(kernel_size - 1) + 1) is even. Received: output_padding="
             f"{output_padding}, kernel_size={kernel_size}, dilation_rate="
-            f"{_pair(dilation_rate, 'dilation_rate')}"
+            f"{_image.pair(dilation_rate, 'dilation_rate')}"
         )
     return output_padding
 
@@ -150,14 +123,10 @@ class _ComplexConv2DBase(keras.layers.Layer):
         **kwargs,
     ):
         self.filters = check.positive_int(filters, "filters")
-        self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.strides = _pair(strides, "strides")
-        self.dilation_rate = _pair(dilation_rate, "dilation_rate")
-        if padding not in _PADDINGS:
-            raise ValueError(
-                f"`padding` must be 'valid' or 'same'. "
-                f"Received: padding={padding!r}"
-            )
+        self.kernel_size = _image.pair(kernel_size, "kernel_size")
+        self.strides = _image.pair(strides, "strides")
+        self.dilation_rate = _image.pair(dilation_rate, "dilation_rate")
+        padding = _image.padding(padding)  # any case, as Keras' Conv2D
         if max(self.strides) > 1 and max(self.dilation_rate) > 1:
             # As Keras' Conv2D and Conv2DTranspose: TensorFlow's
             # convolutions cannot.
