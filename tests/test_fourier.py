@@ -412,6 +412,12 @@ def test_bad_image_shapes(shape, match):
         ComplexFFT2D().build(shape)
 
 
+def test_data_consistency_refuses_an_odd_channel_axis():
+    image = np.zeros((1, 4, 4, 3), "float32")
+    with pytest.raises(ValueError, match="image.shape\\[-1\\]=3"):
+        ComplexDataConsistency()(image, image, np.ones((1, 4), "float32"))
+
+
 def test_bad_input_dtype():
     with pytest.raises(ValueError, match="inputs.dtype=int32"):
         ComplexFFT2D()(np.zeros((1, 2, 2, 2), "int32"))
