@@ -2,9 +2,11 @@
 
 `_SoundFont` reads an SF2 file's presets (bank 0, General MIDI) and plays
 them note by note: SF2 zones by key and velocity, root key and tuning,
-loops, the volume envelope; no filters, modulators or chorus. Written
-here so that the `music` extra needs no compiled synthesiser (see
-`cvattn_keras.datasets.scores`).
+loops, the volume envelope; no filters, modulators or chorus (the timbre
+augmentation of `datasets.score_music` is `_timbre`'s, applied to each
+part's audio). Written here so that the `music` extra needs no compiled
+synthesiser (see `cvattn_keras.datasets.scores`). 16-bit samples only:
+an SF3 file (Ogg Vorbis compressed samples) is refused.
 """
 
 import struct
@@ -45,6 +47,9 @@ _ADDITIVE = (
     _FINE_TUNE,
 )
 _MAX_RELEASE = 1.5  # seconds of release tail rendered at most
+# sfSampleType's bit for Ogg Vorbis compressed samples (SF3, MuseScore's
+# extension of SF2).
+_COMPRESSED = 0x10
 
 
 def _chunks(data, start, stop):
@@ -74,10 +79,18 @@ class _SoundFont:
     attack, hold, decay to sustain, and the release after `seconds`,
     rendered for at most 1.5 s) and the attenuation; velocity scales the
     amplitude by `(velocity / 127) ** 2` (SF2's default velocity curve,
-    about). A key no zone covers is played by the nearest zone. With
-    `max_samples`, only the first `max_samples` samples are rendered (the
-    same samples: a note held past a clip's end costs no more than the
-    clip).
+    about). A key no zone covers is played by the nearest zone; a program
+    the file has no preset for is played by its preset 0 (or its lowest
+    program without one). With `max_samples`, only the first
+    `max_samples` samples are rendered (the same samples: a note held
+    past a clip's end costs no more than the clip). `attack_scale`,
+    `attack_added` (seconds) and `release_scale` change the envelope:
+    attack `attack * attack_scale + attack_added`, release `release *
+    release_scale` (at most 1.5 s).
+
+    The samples stay 16-bit in memory (a 500 MB SoundFont takes 500 MB,
+    not four times that as float64). A file that is not an SF2 raises a
+    `ValueError` naming it.
     """
 
     def __init__(self, path):
@@ -85,13 +98,30 @@ class _SoundFont:
             data = file.read()
         if data[:4] != b"RIFF" or data[8:12] != b"sfbk":
             raise ValueError(f"{path} is not a SoundFont 2 file")
+        try:
+            self._parse(data)
+        except (KeyError, IndexError, struct.error) as error:
+            raise ValueError(
+                f"{path} is not a readable SoundFont 2 file "
+                f"({type(error).__name__}: {error})"
+            ) from None
+        compressed = [h for h in self.headers[:-1] if h[9] & _COMPRESSED]
+        if compressed:
+            raise ValueError(
+                f"{path} has compressed samples ({len(compressed)}: an SF3 "
+                "file); only SF2's 16-bit samples can be played"
+            )
+        if not self.presets:
+            raise ValueError(f"{path} has no preset in bank 0 (General MIDI)")
+        self.fallback = 0 if 0 in self.presets else min(self.presets)
+
+    def _parse(self, data):
         top = _chunks(data, 12, len(data))
         sdta = _chunks(data, *top[b"sdta"])
         pdta = _chunks(data, *top[b"pdta"])
         start, stop = sdta[b"smpl"]
-        self.samples = (
-            np.frombuffer(data, "<i2", (stop - start) // 2, start) / 32768.0
-        )
+        # int16, a view of the file's bytes; scaled by 1 / 32768 as read.
+        self.samples = np.frombuffer(data, "<i2", (stop - start) // 2, start)
 
         def records(name, fmt):
             start, stop = pdta[name]
@@ -140,7 +170,7 @@ class _SoundFont:
     def _zones(self, program, key, velocity):
         """`[(instrument generators, preset generators)]` playing `key`."""
         found, near = [], []
-        for preset in self.presets.get(program) or self.presets[0]:
+        for preset in self.presets.get(program) or self.presets[self.fallback]:
             for zone in self.instruments[preset[_INSTRUMENT]]:
                 keys = zone.get(_KEY_RANGE, (0, 127))
                 keys = (
@@ -168,7 +198,11 @@ class _SoundFont:
         sample_rate,
         cents=0.0,
         max_samples=None,
+        attack_scale=1.0,
+        attack_added=0.0,
+        release_scale=1.0,
     ):
+        envelope = (attack_scale, attack_added, release_scale)
         parts = []
         for zone, preset in self._zones(program, key, velocity):
 
@@ -180,7 +214,14 @@ class _SoundFont:
 
             parts.append(
                 self._play(
-                    gen, key, velocity, seconds, sample_rate, cents, max_samples
+                    gen,
+                    key,
+                    velocity,
+                    seconds,
+                    sample_rate,
+                    cents,
+                    max_samples,
+                    envelope,
                 )
             )
         if not parts:
@@ -192,7 +233,15 @@ class _SoundFont:
         return out
 
     def _play(
-        self, gen, key, velocity, seconds, sample_rate, cents, max_samples
+        self,
+        gen,
+        key,
+        velocity,
+        seconds,
+        sample_rate,
+        cents,
+        max_samples,
+        envelope=(1.0, 0.0, 1.0),
     ):
         name, start, end, loop_start, loop_end, rate, root, correction = (
             self.headers[gen(_SAMPLE_ID)][:8]
@@ -220,10 +269,12 @@ class _SoundFont:
                 value += gen(key_scale) * (60 - key)
             return 2.0 ** (max(value, -12000) / 1200.0)
 
-        delay, attack = timecents(_DELAY), timecents(_ATTACK)
+        attack_scale, attack_added, release_scale = envelope
+        delay = timecents(_DELAY)
+        attack = timecents(_ATTACK) * attack_scale + attack_added
         hold = timecents(_HOLD, _KEY_TO_HOLD)
         decay = timecents(_DECAY, _KEY_TO_DECAY)
-        release = min(timecents(_RELEASE), _MAX_RELEASE)
+        release = min(timecents(_RELEASE) * release_scale, _MAX_RELEASE)
         sustain_db = min(max(gen(_SUSTAIN), 0), 1440) / 10.0
         held = max(seconds, 0.0)
         total = (held + release) * sample_rate
@@ -264,6 +315,6 @@ class _SoundFont:
             position = np.minimum(position, limit)
         index = np.floor(position).astype(np.int64)
         fraction = position - index
-        here = self.samples[start + np.minimum(index, limit)]
-        ahead = self.samples[start + np.minimum(index + 1, limit)]
+        here = self.samples[start + np.minimum(index, limit)] / 32768.0
+        ahead = self.samples[start + np.minimum(index + 1, limit)] / 32768.0
         return (here + fraction * (ahead - here)) * gain

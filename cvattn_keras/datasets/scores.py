@@ -3,7 +3,13 @@
 A MusicNet stand-in built from the music21 corpus (encoded scores) and the
 General MIDI SoundFont that `pretty_midi` ships (`TimGM6mb.sf2`, GPL-2:
 read at run time, never copied, and no render is committed). Nothing is
-downloaded: both come from the package index (the `music` extra).
+downloaded: both come from the package index (the `music` extra). More
+SoundFonts can be given (`soundfonts=`: files on the user's machine, read
+at run time; their licences are theirs: Debian's `fluid-soundfont-gm`,
+FluidR3_GM, is MIT; `musescore-general-soundfont-lossless`,
+MuseScore_General, MIT; `csound-soundfont`'s sf_GMbank public domain, as
+Debian's copyright file states); a render made with them derives from
+them too.
 
 The corpus subset
 -----------------
@@ -48,13 +54,16 @@ written in NumPy (`_soundfont._SoundFont`: SF2 zones by key and velocity,
 root key and tuning, loops, the volume envelope; no filters, modulators or
 chorus), so that the extra needs no compiled synthesiser: `tinysoundfont`
 (the obvious one) requires `pyaudio`, which has no Linux wheel and fails
-to build without the PortAudio headers, a system package.
+to build without the PortAudio headers, a system package. The timbre
+augmentation (filters, vibrato, tremolo, chorus, envelopes, rooms) is
+applied to each part's audio and each clip's mix (`_timbre`).
 
 The modules
 -----------
 This one holds the render and `score_music`; the corpus and the manifest
 are in `_score_corpus`, the cache files in `_score_cache`, the SoundFont
-player in `_soundfont` (none of them imports this one).
+player in `_soundfont`, the instruments' choice and the augmentation in
+`_timbre` (none of them imports this one).
 """
 
 import dataclasses
@@ -80,27 +89,124 @@ from cvattn_keras.datasets._score_corpus import _manifest
 from cvattn_keras.datasets._score_corpus import _score_notes
 from cvattn_keras.datasets._score_corpus import _sha256
 from cvattn_keras.datasets._soundfont import _SoundFont
+from cvattn_keras.datasets._timbre import _apply_part
+from cvattn_keras.datasets._timbre import _choose_programs
+from cvattn_keras.datasets._timbre import _clip_effects
+from cvattn_keras.datasets._timbre import _equalise
+from cvattn_keras.datasets._timbre import _part_effects
+from cvattn_keras.datasets._timbre import _room
+from cvattn_keras.datasets._timbre import _streams
 
 __all__ = ["ScoreMusic", "score_music"]
 
 DEFAULT_MINUTES = {"train": 30.0, "validation": 5.0, "test": 10.0}
 # The slowest tempo served, in quarter notes per minute.
 _MIN_TEMPO = 1.0
-# General MIDI programs a part is played with (keyboards and strings).
+# The render's version in the cache key (2: the timbre of issue 33: more
+# programs, chosen by range, from their own random streams; the
+# augmentation; several SoundFonts). The parsed scores' cache keeps
+# FORMAT_VERSION.
+_RENDER_VERSION = 2
+# The General MIDI programs a part is played with by default (`programs=`
+# takes any of the 128): keyboards, organs and accordion, mallets,
+# plucked strings, bowed strings, voices, brass, reeds and pipes. Each has
+# a preset of its own in TimGM6mb.
 PROGRAMS = {
     0: "Acoustic Grand Piano",
     1: "Bright Acoustic Piano",
+    4: "Electric Piano 1",
     6: "Harpsichord",
+    11: "Vibraphone",
+    12: "Marimba",
+    16: "Drawbar Organ",
     19: "Church Organ",
+    21: "Accordion",
+    24: "Acoustic Guitar (nylon)",
+    25: "Acoustic Guitar (steel)",
+    32: "Acoustic Bass",
     40: "Violin",
     41: "Viola",
     42: "Cello",
+    43: "Contrabass",
+    45: "Pizzicato Strings",
+    46: "Orchestral Harp",
     48: "String Ensemble 1",
+    49: "String Ensemble 2",
+    52: "Choir Aahs",
+    53: "Voice Oohs",
+    56: "Trumpet",
+    57: "Trombone",
+    58: "Tuba",
+    60: "French Horn",
+    61: "Brass Section",
+    64: "Soprano Sax",
+    65: "Alto Sax",
+    66: "Tenor Sax",
+    67: "Baritone Sax",
+    68: "Oboe",
+    69: "English Horn",
+    70: "Bassoon",
+    71: "Clarinet",
+    72: "Piccolo",
+    73: "Flute",
+    74: "Recorder",
+}
+# The MIDI range (lowest, highest sounding note) each program of PROGRAMS
+# plays a part in (the instrument's usual compass, rounded; voices a
+# choir's bass to soprano): a part is given a program whose range holds
+# its 10th to 90th percentile of pitch (see `score_music`). A program not
+# listed plays any part.
+PROGRAM_RANGES = {
+    0: (21, 108),
+    1: (21, 108),
+    4: (28, 100),
+    6: (29, 89),
+    11: (53, 89),
+    12: (36, 96),
+    16: (36, 96),
+    19: (24, 96),
+    21: (41, 93),
+    24: (40, 83),
+    25: (40, 83),
+    32: (28, 60),
+    40: (55, 100),
+    41: (48, 91),
+    42: (36, 81),
+    43: (28, 67),
+    45: (28, 96),
+    46: (24, 103),
+    48: (28, 103),
+    49: (28, 103),
+    52: (40, 81),
+    53: (40, 81),
+    56: (54, 82),
+    57: (40, 74),
+    58: (28, 58),
+    60: (34, 77),
+    61: (36, 84),
+    64: (56, 87),
+    65: (49, 81),
+    66: (44, 76),
+    67: (36, 69),
+    68: (58, 91),
+    69: (52, 84),
+    70: (34, 75),
+    71: (50, 91),
+    72: (74, 108),
+    73: (60, 96),
+    74: (60, 96),
 }
 
 
 def _soundfont_path(pretty_midi):
     return os.path.join(os.path.dirname(pretty_midi.__file__), "TimGM6mb.sf2")
+
+
+def default_soundfont():
+    """The path of the SoundFont `score_music` plays by default:
+    `pretty_midi`'s `TimGM6mb.sf2` (GPL-2). Give it in `soundfonts=` with
+    others to keep it among them."""
+    return _soundfont_path(_dependencies()[1])
 
 
 # ----------------------------------------------------------------------
@@ -140,25 +246,15 @@ def _frame_centres(stft, length, clip_seconds):
     return centres
 
 
-def _room(rng, sample_rate):
-    """A short room: an exponentially decaying noise burst (RT60 of 0.2 to
-    0.8 s), mixed in at a drawn wet gain, by FFT convolution."""
-    rt60 = rng.uniform(0.2, 0.8)
-    wet = rng.uniform(0.1, 0.35)
-    t = np.arange(int(rt60 * sample_rate)) / sample_rate
-    response = rng.standard_normal(t.size) * np.exp(-6.9 * t / rt60)
-    response *= wet / np.sqrt(np.sum(response**2))
-    response[0] += 1.0  # the direct sound
-    return response
-
-
-def _render(notes, soundfont, rng, settings, clips):
+def _render(notes, soundfonts, rng, streams, settings, clips):
     """One work's audio and notes (start and stop samples, MIDI pitch),
-    `clips` clips long, humanised with `rng`."""
+    `clips` clips long, humanised with `rng` (the notes, their timing and
+    loudness, the noise) and `streams` (the timbre, `_timbre._streams`:
+    the instruments, the room and the effects)."""
     rate = settings["sample_rate"]
+    strength = settings["timbre_augmentation"]
     bpm = rng.uniform(*settings["tempo"])
     parts = int(notes[:, 3].max()) + 1
-    programs = rng.choice(sorted(PROGRAMS), size=parts)
     detune = rng.uniform(-1, 1, parts) * settings["detune_cents"]
     loudness = rng.uniform(55, 110, parts)
     jitter = rng.normal(0, settings["jitter_seconds"], len(notes))
@@ -167,7 +263,13 @@ def _render(notes, soundfont, rng, settings, clips):
     velocity = np.round(loudness[part] + rng.normal(0, 8, len(notes)))
     velocity = np.clip(velocity, 20, 127).astype(np.int64)
     snr_db = rng.uniform(*settings["snr_db"])
-    room = _room(rng, rate)
+    programs = _choose_programs(
+        streams["programs"], notes, settings["programs"], PROGRAM_RANGES
+    )
+    fonts = streams["soundfonts"].integers(len(soundfonts), size=parts)
+    room = _room(streams["room"], rate, strength)
+    effects = _part_effects(streams["parts"], parts, strength)
+    microphones = _clip_effects(streams["clips"], clips, strength)
     length = clips * settings["clip_samples"]
     seconds = notes[:, :2] * 60.0 / bpm + jitter[:, None]
     start = np.round(np.maximum(seconds[:, 0], 0.0) * rate).astype(np.int64)
@@ -178,25 +280,39 @@ def _render(notes, soundfont, rng, settings, clips):
     low = settings["lowest_note"]
     keep = (pitch >= low) & (pitch < low + settings["notes"]) & (start < length)
     audio = np.zeros(length)
-    for i in np.flatnonzero(keep):
-        # Rendered up to the end of the clips only (a note held past
-        # them is cut, not rendered whole and then cut).
-        wave = soundfont.note(
-            int(programs[part[i]]),
-            int(pitch[i]),
-            int(velocity[i]),
-            (stop[i] - start[i]) / rate,
-            rate,
-            detune[part[i]],
-            max_samples=int(length - start[i]),
-        )
-        audio[start[i] : start[i] + wave.size] += wave
+    # Part by part (one part's audio in memory at a time), each through
+    # its effects.
+    for index in range(parts):
+        track = np.zeros(length)
+        fx = effects[index]
+        for i in np.flatnonzero(keep & (part == index)):
+            # Rendered up to the end of the clips only (a note held past
+            # them is cut, not rendered whole and then cut).
+            wave = soundfonts[fonts[index]].note(
+                int(programs[index]),
+                int(pitch[i]),
+                int(velocity[i]),
+                (stop[i] - start[i]) / rate,
+                rate,
+                detune[index],
+                max_samples=int(length - start[i]),
+                attack_scale=fx["attack_scale"],
+                attack_added=fx["attack_added"],
+                release_scale=fx["release_scale"],
+            )
+            track[start[i] : start[i] + wave.size] += wave
+        audio += _apply_part(track, rate, fx) if strength > 0 else track
     wet = np.fft.irfft(
         np.fft.rfft(audio, length + room.size)
         * np.fft.rfft(room, length + room.size),
         length + room.size,
     )
     audio = wet[:length]
+    if strength > 0:
+        size = settings["clip_samples"]
+        for clip, microphone in enumerate(microphones):
+            piece = slice(clip * size, (clip + 1) * size)
+            audio[piece] = _equalise(audio[piece], rate, microphone)
     power = np.mean(audio**2)
     noise = rng.standard_normal(length) * np.sqrt(power / 10 ** (snr_db / 10))
     audio = audio + noise
@@ -298,6 +414,87 @@ def _check_arguments(split, minutes, sample_rate, seed, lowest_note, notes):
         )
 
 
+def _check_programs(programs):
+    """`programs` as a sorted list of distinct ints 0-127 (None: PROGRAMS)."""
+    if programs is None:
+        return sorted(PROGRAMS)
+    message = (
+        "`programs` must be a non-empty sequence of distinct General MIDI "
+        "program numbers, ints from 0 to 127 (`datasets.scores.PROGRAMS` "
+        f"names the default ones). Received: programs={programs!r}"
+    )
+    if isinstance(programs, (str, bytes)) or check._is_int(programs):
+        raise ValueError(message)
+    try:
+        values = list(programs)
+    except TypeError:
+        raise ValueError(message) from None
+    if (
+        not values
+        or not all(check._is_int(v) and 0 <= v <= 127 for v in values)
+        or len(set(int(v) for v in values)) != len(values)
+    ):
+        raise ValueError(message)
+    return sorted(int(v) for v in values)
+
+
+def _check_strength(timbre_augmentation):
+    """The augmentation's strength, a float in [0, 1] (True: 1, False: 0)."""
+    if isinstance(timbre_augmentation, bool):
+        return float(timbre_augmentation)
+    if not check._is_real(timbre_augmentation) or not (
+        0 <= timbre_augmentation <= 1
+    ):
+        raise ValueError(
+            "`timbre_augmentation` must be a number from 0 (none) to 1 (the "
+            "full augmentation), or a bool (True: 1, False: 0). Received: "
+            f"timbre_augmentation={timbre_augmentation!r}"
+        )
+    return float(timbre_augmentation)
+
+
+def _check_soundfonts(soundfonts, pretty_midi):
+    """`soundfonts` as a list of paths of SF2 files (None: TimGM6mb), each
+    checked to exist and to start as an SF2 file does."""
+    if soundfonts is None:
+        return [_soundfont_path(pretty_midi)]
+    if isinstance(soundfonts, (str, os.PathLike)):
+        soundfonts = [soundfonts]
+    try:
+        paths = [os.fspath(path) for path in soundfonts]
+    except TypeError:
+        paths = None
+    if not paths or any(isinstance(path, bytes) for path in paths):
+        raise ValueError(
+            "`soundfonts` must be None, the path of an SF2 file or a "
+            "non-empty sequence of them. Received: "
+            f"soundfonts={soundfonts!r}"
+        )
+    seen = set()
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ValueError(
+                f"`soundfonts`: no such file: {path}. Received: "
+                f"soundfonts={soundfonts!r}"
+            )
+        with open(path, "rb") as file:
+            head = file.read(12)
+        if head[:4] != b"RIFF" or head[8:12] != b"sfbk":
+            raise ValueError(
+                f"`soundfonts`: {path} is not a SoundFont 2 (.sf2) file (no "
+                "RIFF 'sfbk' header). Received: "
+                f"soundfonts={soundfonts!r}"
+            )
+        real = os.path.realpath(path)
+        if real in seen:
+            raise ValueError(
+                f"`soundfonts` names {path} twice. Received: "
+                f"soundfonts={soundfonts!r}"
+            )
+        seen.add(real)
+    return paths
+
+
 def score_music(
     split,
     minutes=None,
@@ -313,6 +510,9 @@ def score_music(
     max_work_seconds=60.0,
     detune_cents=10.0,
     jitter_seconds=0.01,
+    programs=None,
+    timbre_augmentation=1.0,
+    soundfonts=None,
 ):
     """Real scores played by sampled instruments: a MusicNet stand-in.
 
@@ -326,20 +526,74 @@ def score_music(
     work, cut into clips of `clip_seconds` (a work's last partial clip is
     left out; a clip never spans two works).
 
-    Each work is rendered with the General MIDI SoundFont that
-    `pretty_midi` ships (`TimGM6mb.sf2`), humanised from `seed` and the
-    work's id (so a work's tempo, instruments and notes are the same
+    Each work is rendered with a General MIDI SoundFont (by default the
+    one `pretty_midi` ships, `TimGM6mb.sf2`), humanised from `seed` and
+    the work's id (so a work's tempo, instruments and notes are the same
     whatever else is rendered; its noise and level follow the length
     rendered, which `minutes` can cut):
     a tempo in quarter notes per minute drawn from `tempo`, each part a
-    General MIDI program drawn from `PROGRAMS` (pianos, harpsichord,
-    organ, strings) and a detuning drawn from `+-detune_cents`, each part
-    a loudness (velocity 55-110) and each note a velocity around it and
-    an onset and offset jitter (Gaussian, `jitter_seconds`), a room (an
-    exponentially decaying noise response, RT60 0.2-0.8 s) and white
-    noise at an SNR drawn from `snr_db`; the audio of each work is then
-    scaled to a peak of 0.9. Notes outside `lowest_note` to
-    `lowest_note + notes - 1` are neither played nor labelled.
+    detuning drawn from `+-detune_cents` and a loudness (velocity
+    55-110), each note a velocity around it and an onset and offset
+    jitter (Gaussian, `jitter_seconds`), white noise at an SNR drawn
+    from `snr_db`; the audio of each work is then scaled to a peak of
+    0.9. Notes outside `lowest_note` to `lowest_note + notes - 1` are
+    neither played nor labelled.
+
+    The timbre is drawn from streams of its own, so that the notes, the
+    labels, the timing, the velocities and the noise's samples do not
+    depend on `programs`, `soundfonts` or `timbre_augmentation` (the same
+    works played by other instruments have the same labels):
+
+    - Instruments: each part a General MIDI program drawn uniformly from
+      `programs` (default: the 38 of `PROGRAMS`: pianos, electric piano,
+      harpsichord, organs, accordion, vibraphone, marimba, guitars, harp,
+      acoustic bass, bowed and plucked strings, choir, brass, saxophones,
+      double reeds, clarinet, flutes), among those whose range
+      (`PROGRAM_RANGES`) holds the part's 10th to 90th percentile of
+      pitch (so no tuba plays a soprano line); if none does, among those
+      holding its median; if none, among all. A program not in
+      `PROGRAM_RANGES` plays any part. Each part also draws one of
+      `soundfonts` (uniformly); a SoundFont without a preset for the
+      program plays its preset 0.
+    - Timbre augmentation, scaled by `timbre_augmentation` (a strength
+      from 0 to 1; the draws are the same whatever the strength, which
+      scales them): per part, an equaliser (a tilt of up to +-3 dB per
+      octave about 1 kHz, a bell of up to +-9 dB between 200 Hz and 4 kHz,
+      a second-order low-pass from 10 kHz down to 1 kHz and high-pass
+      from 20 Hz up to 120 Hz), vibrato (up to +-20 cents at 4-7 Hz),
+      tremolo (up to 25% at 3-8 Hz), a chorus (a double delayed 8-20 ms
+      and detuned by 3-10 cents, mixed at up to 0.5), the attack scaled
+      by 0.5 to 4 and lengthened by up to 40 ms, the release scaled by
+      0.5 to 2.8; per work, a room (an exponentially decaying noise
+      response) of RT60 0.1-2 s mixed at a wet gain of 0.05-0.6 (at
+      strength 0: 0.2-0.8 s and 0.1-0.35); per clip, a microphone's
+      equaliser (a tilt of up to +-2 dB per octave, a bell of up to +-6
+      dB, a low-pass down to 2 kHz, a high-pass up to 200 Hz). At
+      strength 0 the parts and clips are played as the SoundFont plays
+      them, in the narrower room.
+    - SoundFonts (`soundfonts`): SF2 files with General MIDI presets
+      (bank 0) and 16-bit samples (SF3 files, compressed, are refused).
+      The player reads zones, tuning, loops and the volume envelope, not
+      SF2's filters, modulators or effects, so a SoundFont that relies
+      on them (MuseScore_General does) sounds plainer than in FluidSynth.
+      On Debian or Ubuntu, `apt install fluid-soundfont-gm` gives
+      `/usr/share/sounds/sf2/FluidR3_GM.sf2` (141 MB, MIT),
+      `musescore-general-soundfont-lossless` gives
+      `/usr/share/sounds/sf2/MuseScore_General_Full.sf2` (489 MB, MIT;
+      the `musescore-general-soundfont` packages are SF3, compressed:
+      not playable here) and `csound-soundfont` gives
+      `/usr/share/sounds/sf2/sf_GMbank.sf2` (4 MB, public domain):
+
+          from cvattn_keras.datasets import scores
+          data = score_music("train", soundfonts=[
+              scores.default_soundfont(),
+              "/usr/share/sounds/sf2/FluidR3_GM.sf2",
+          ])
+
+      A held-out SoundFont: train with some, test with another
+      (`soundfonts="/usr/share/sounds/sf2/sf_GMbank.sf2"`); held-out
+      instruments: train and test with disjoint `programs`
+      (`examples/compare_variants.py --data scores` measures both).
 
     A note sounds on the samples `[start, stop)` from its (jittered)
     onset to its offset, its release tail unlabelled (as MusicNet's
@@ -354,8 +608,9 @@ def score_music(
     The result is rendered once and cached in `cache_dir` under a key of
     every argument that changes it (and a format version); the parsed
     scores are cached too. A cache file that is unreadable or fails its
-    checksum is rebuilt. The same arguments give the same bytes. With the
-    defaults the three splits (45 minutes) build in about two minutes.
+    checksum is rebuilt. The same arguments give the same bytes; the key
+    holds the sha256 of each SoundFont (not its path). With the defaults
+    the three splits (45 minutes) build in about two minutes.
 
     Args:
         split: `"train"`, `"validation"` or `"test"`.
@@ -366,7 +621,8 @@ def score_music(
         cache_dir: where the renders are cached (in its `score_music`
             folder). `None`: `$CVATTN_KERAS_CACHE`, else
             `~/.cache/cvattn_keras`. Keep it outside a repository: the
-            renders derive from the corpus and the SoundFont (GPL-2).
+            renders derive from the corpus and the SoundFonts (TimGM6mb:
+            GPL-2; others: their licences).
         stft: the `layers.ComplexSTFT` the labels are aligned to, a layer
             or a dict of its `get_config()`. `None`: `default_stft()`,
             `ComplexSTFT(2048, 512, bins=(0, 640))` (for 16 kHz).
@@ -384,6 +640,17 @@ def score_music(
         detune_cents: the largest detuning of a part, finite, >= 0.
         jitter_seconds: the standard deviation of the note timing jitter,
             finite, >= 0.
+        programs: the General MIDI programs the parts are drawn from, a
+            non-empty sequence of distinct ints 0-127 (a set: the order
+            does not matter); `None`: `PROGRAMS`' 38. The old default
+            (before issue 33) was `(0, 1, 6, 19, 40, 41, 42, 48)`.
+        timbre_augmentation: the strength of the timbre augmentation, a
+            number from 0 (none) to 1 (the default), or a bool (True: 1,
+            False: 0).
+        soundfonts: the SF2 files the parts are played with, a path or a
+            non-empty sequence of paths (each part draws one); `None`:
+            `default_soundfont()` (`TimGM6mb.sf2`) alone. Give it among
+            them to keep it.
 
     Returns:
         A `ScoreMusic`: `audio`, `labels`, `notes`, `works`,
@@ -394,7 +661,8 @@ def score_music(
             received); a highest note above the Nyquist frequency; a clip
             shorter than one frame of `stft`; `minutes` more than the
             split holds; a corpus file whose sha256 differs from the
-            manifest's.
+            manifest's; a SoundFont that is missing, not an SF2 file, or
+            SF3 (compressed), named.
         ImportError: without music21 or pretty_midi
             (`pip install "cvattn_keras[music]"`).
     """
@@ -436,6 +704,10 @@ def score_music(
                 f"`{name}` must be a finite number >= 0. Received: "
                 f"{name}={value!r}"
             )
+    programs = _check_programs(programs)
+    strength = _check_strength(timbre_augmentation)
+    if soundfonts is not None:
+        soundfonts = _check_soundfonts(soundfonts, None)
     stft = default_stft() if stft is None else as_stft(stft)
     clip_samples = int(round(clip_seconds * sample_rate))
     works = {work["work"]: work for work in _manifest()["works"]}
@@ -458,6 +730,8 @@ def score_music(
     centres = _frame_centres(stft, clip_samples, clip_seconds)
     cache = _cache_root(cache_dir)
     music21, pretty_midi = _dependencies()
+    if soundfonts is None:
+        soundfonts = _check_soundfonts(None, pretty_midi)
     root = _corpus_root(music21)
     if minutes is None:
         minutes = DEFAULT_MINUTES[split]
@@ -481,7 +755,10 @@ def score_music(
         "jitter_seconds": float(jitter_seconds),
         "frames": [int(c) for c in centres],
         "manifest": _sha256(_MANIFEST),
-        "soundfont": _sha256(_soundfont_path(pretty_midi)),
+        "render": _RENDER_VERSION,
+        "programs": programs,
+        "timbre_augmentation": strength,
+        "soundfonts": [_file_sha256(path) for path in soundfonts],
     }
     key = hashlib.sha256(
         json.dumps(settings, sort_keys=True).encode()
@@ -502,7 +779,7 @@ def score_music(
         for work in sorted(set(arrays["works"].tolist())):
             _corpus_file(works[work], root)
     else:
-        arrays = _build(settings, works, root, cache, music21, pretty_midi)
+        arrays = _build(settings, works, root, cache, music21, soundfonts)
         arrays["labels"] = _labels(arrays["notes"], centres, settings)
         arrays["checksum"] = np.array(_checksum(arrays))
         _write_atomic(path, arrays)
@@ -539,9 +816,40 @@ def _labels(rows, centres, settings):
     return labels
 
 
-def _build(settings, works, root, cache, music21, pretty_midi):
+def _load_soundfonts(paths):
+    """The `_SoundFont` of each path; a file that cannot be read as one is
+    a `ValueError` naming `soundfonts`."""
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append(_SoundFont(path))
+        except ValueError as error:
+            raise ValueError(
+                f"`soundfonts`: {error}. Received: soundfonts={paths!r}"
+            ) from None
+    return loaded
+
+
+_HASHES = {}
+
+
+def _file_sha256(path):
+    """The sha256 of a file, read in chunks (SoundFonts reach 500 MB),
+    remembered for this process by path, size and modification time."""
+    stat = os.stat(path)
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHES:
+        digest = hashlib.sha256()
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 22), b""):
+                digest.update(block)
+        _HASHES[key] = digest.hexdigest()
+    return _HASHES[key]
+
+
+def _build(settings, works, root, cache, music21, soundfont_paths):
     """Renders a split: `{"audio", "notes", "works"}`."""
-    soundfont = _SoundFont(_soundfont_path(pretty_midi))
+    soundfonts = _load_soundfonts(soundfont_paths)
     rate, size = settings["sample_rate"], settings["clip_samples"]
     need = settings["clips"]
     audio, rows, names = [], [], []
@@ -566,7 +874,8 @@ def _build(settings, works, root, cache, music21, pretty_midi):
         count = min(int(seconds * rate) // size, need - len(names))
         if count < 1:
             continue
-        wave, found = _render(notes, soundfont, rng, settings, count)
+        streams = _streams(settings["seed"], identity)
+        wave, found = _render(notes, soundfonts, rng, streams, settings, count)
         for clip in range(count):
             low, high = clip * size, (clip + 1) * size
             audio.append(wave[low:high])
