@@ -16,6 +16,8 @@ same labels, and the room and effects drawn for them are the same too.
 - `_room`: a room (RT60 and wet gain wider with the strength).
 - `_clip_effects` and `_equalise`: per clip, a microphone's equaliser
   (tilt, bell, low-pass, high-pass) on the mix.
+- The checks of `score_music`'s `programs`, `timbre_augmentation` and
+  `soundfonts`, and the SoundFonts' loading and hashing.
 
 The strength, from 0 to 1, scales every drawn effect; 0 leaves the sound
 as the SoundFont plays it, in a room as before (RT60 0.2-0.8 s). The
@@ -23,7 +25,13 @@ random numbers drawn do not depend on the strength: a stronger setting
 scales the same effects, it does not draw others.
 """
 
+import hashlib
+import os
+
 import numpy as np
+
+from cvattn_keras import _validation as check
+from cvattn_keras.datasets._soundfont import _SoundFont
 
 # The sub-streams of a work's seed: programs, SoundFonts, room, parts,
 # clips (the main stream, the notes', is `[seed, work]` itself).
@@ -246,3 +254,119 @@ def _apply_part(x, sample_rate, effects):
             ),
         )
     return x
+
+
+# ----------------------------------------------------------------------
+# The arguments.
+# ----------------------------------------------------------------------
+
+
+def _check_programs(programs, default):
+    """`programs` as a sorted list of distinct ints 0-127 (None: those of
+    `default`)."""
+    if programs is None:
+        return sorted(default)
+    message = (
+        "`programs` must be a non-empty sequence of distinct General MIDI "
+        "program numbers, ints from 0 to 127 (`datasets.scores.PROGRAMS` "
+        f"names the default ones). Received: programs={programs!r}"
+    )
+    if isinstance(programs, (str, bytes)) or check._is_int(programs):
+        raise ValueError(message)
+    try:
+        values = list(programs)
+    except TypeError:
+        raise ValueError(message) from None
+    if (
+        not values
+        or not all(check._is_int(v) and 0 <= v <= 127 for v in values)
+        or len(set(int(v) for v in values)) != len(values)
+    ):
+        raise ValueError(message)
+    return sorted(int(v) for v in values)
+
+
+def _check_strength(timbre_augmentation):
+    """The augmentation's strength, a float in [0, 1] (True: 1, False: 0)."""
+    if isinstance(timbre_augmentation, bool):
+        return float(timbre_augmentation)
+    if not check._is_real(timbre_augmentation) or not (
+        0 <= timbre_augmentation <= 1
+    ):
+        raise ValueError(
+            "`timbre_augmentation` must be a number from 0 (none) to 1 (the "
+            "full augmentation), or a bool (True: 1, False: 0). Received: "
+            f"timbre_augmentation={timbre_augmentation!r}"
+        )
+    return float(timbre_augmentation)
+
+
+def _check_soundfonts(soundfonts):
+    """`soundfonts` (not None) as a list of paths of SF2 files, each
+    checked to exist and to start as an SF2 file does."""
+    if isinstance(soundfonts, (str, os.PathLike)):
+        soundfonts = [soundfonts]
+    try:
+        paths = [os.fspath(path) for path in soundfonts]
+    except TypeError:
+        paths = None
+    if not paths or any(isinstance(path, bytes) for path in paths):
+        raise ValueError(
+            "`soundfonts` must be None, the path of an SF2 file or a "
+            "non-empty sequence of them. Received: "
+            f"soundfonts={soundfonts!r}"
+        )
+    seen = set()
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ValueError(
+                f"`soundfonts`: no such file: {path}. Received: "
+                f"soundfonts={soundfonts!r}"
+            )
+        with open(path, "rb") as file:
+            head = file.read(12)
+        if head[:4] != b"RIFF" or head[8:12] != b"sfbk":
+            raise ValueError(
+                f"`soundfonts`: {path} is not a SoundFont 2 (.sf2) file (no "
+                "RIFF 'sfbk' header). Received: "
+                f"soundfonts={soundfonts!r}"
+            )
+        real = os.path.realpath(path)
+        if real in seen:
+            raise ValueError(
+                f"`soundfonts` names {path} twice. Received: "
+                f"soundfonts={soundfonts!r}"
+            )
+        seen.add(real)
+    return paths
+
+
+def _load_soundfonts(paths):
+    """The `_SoundFont` of each path; a file that cannot be read as one is
+    a `ValueError` naming `soundfonts`."""
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append(_SoundFont(path))
+        except ValueError as error:
+            raise ValueError(
+                f"`soundfonts`: {error}. Received: soundfonts={paths!r}"
+            ) from None
+    return loaded
+
+
+_HASHES = {}
+
+
+def _file_sha256(path):
+    """The sha256 of a file, read in chunks (SoundFonts reach 500 MB),
+    remembered for this process by path, size and modification time."""
+    stat = os.stat(path)
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHES:
+        digest = hashlib.sha256()
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 22), b""):
+                digest.update(block)
+        _HASHES[key] = digest.hexdigest()
+    return _HASHES[key]

@@ -88,11 +88,16 @@ from cvattn_keras.datasets._score_corpus import _make_manifest as _make_manifest
 from cvattn_keras.datasets._score_corpus import _manifest
 from cvattn_keras.datasets._score_corpus import _score_notes
 from cvattn_keras.datasets._score_corpus import _sha256
-from cvattn_keras.datasets._soundfont import _SoundFont
+from cvattn_keras.datasets._soundfont import _SoundFont  # noqa: F401 (tests)
 from cvattn_keras.datasets._timbre import _apply_part
+from cvattn_keras.datasets._timbre import _check_programs
+from cvattn_keras.datasets._timbre import _check_soundfonts
+from cvattn_keras.datasets._timbre import _check_strength
 from cvattn_keras.datasets._timbre import _choose_programs
 from cvattn_keras.datasets._timbre import _clip_effects
 from cvattn_keras.datasets._timbre import _equalise
+from cvattn_keras.datasets._timbre import _file_sha256
+from cvattn_keras.datasets._timbre import _load_soundfonts
 from cvattn_keras.datasets._timbre import _part_effects
 from cvattn_keras.datasets._timbre import _room
 from cvattn_keras.datasets._timbre import _streams
@@ -414,87 +419,6 @@ def _check_arguments(split, minutes, sample_rate, seed, lowest_note, notes):
         )
 
 
-def _check_programs(programs):
-    """`programs` as a sorted list of distinct ints 0-127 (None: PROGRAMS)."""
-    if programs is None:
-        return sorted(PROGRAMS)
-    message = (
-        "`programs` must be a non-empty sequence of distinct General MIDI "
-        "program numbers, ints from 0 to 127 (`datasets.scores.PROGRAMS` "
-        f"names the default ones). Received: programs={programs!r}"
-    )
-    if isinstance(programs, (str, bytes)) or check._is_int(programs):
-        raise ValueError(message)
-    try:
-        values = list(programs)
-    except TypeError:
-        raise ValueError(message) from None
-    if (
-        not values
-        or not all(check._is_int(v) and 0 <= v <= 127 for v in values)
-        or len(set(int(v) for v in values)) != len(values)
-    ):
-        raise ValueError(message)
-    return sorted(int(v) for v in values)
-
-
-def _check_strength(timbre_augmentation):
-    """The augmentation's strength, a float in [0, 1] (True: 1, False: 0)."""
-    if isinstance(timbre_augmentation, bool):
-        return float(timbre_augmentation)
-    if not check._is_real(timbre_augmentation) or not (
-        0 <= timbre_augmentation <= 1
-    ):
-        raise ValueError(
-            "`timbre_augmentation` must be a number from 0 (none) to 1 (the "
-            "full augmentation), or a bool (True: 1, False: 0). Received: "
-            f"timbre_augmentation={timbre_augmentation!r}"
-        )
-    return float(timbre_augmentation)
-
-
-def _check_soundfonts(soundfonts, pretty_midi):
-    """`soundfonts` as a list of paths of SF2 files (None: TimGM6mb), each
-    checked to exist and to start as an SF2 file does."""
-    if soundfonts is None:
-        return [_soundfont_path(pretty_midi)]
-    if isinstance(soundfonts, (str, os.PathLike)):
-        soundfonts = [soundfonts]
-    try:
-        paths = [os.fspath(path) for path in soundfonts]
-    except TypeError:
-        paths = None
-    if not paths or any(isinstance(path, bytes) for path in paths):
-        raise ValueError(
-            "`soundfonts` must be None, the path of an SF2 file or a "
-            "non-empty sequence of them. Received: "
-            f"soundfonts={soundfonts!r}"
-        )
-    seen = set()
-    for path in paths:
-        if not os.path.isfile(path):
-            raise ValueError(
-                f"`soundfonts`: no such file: {path}. Received: "
-                f"soundfonts={soundfonts!r}"
-            )
-        with open(path, "rb") as file:
-            head = file.read(12)
-        if head[:4] != b"RIFF" or head[8:12] != b"sfbk":
-            raise ValueError(
-                f"`soundfonts`: {path} is not a SoundFont 2 (.sf2) file (no "
-                "RIFF 'sfbk' header). Received: "
-                f"soundfonts={soundfonts!r}"
-            )
-        real = os.path.realpath(path)
-        if real in seen:
-            raise ValueError(
-                f"`soundfonts` names {path} twice. Received: "
-                f"soundfonts={soundfonts!r}"
-            )
-        seen.add(real)
-    return paths
-
-
 def score_music(
     split,
     minutes=None,
@@ -704,10 +628,10 @@ def score_music(
                 f"`{name}` must be a finite number >= 0. Received: "
                 f"{name}={value!r}"
             )
-    programs = _check_programs(programs)
+    programs = _check_programs(programs, PROGRAMS)
     strength = _check_strength(timbre_augmentation)
     if soundfonts is not None:
-        soundfonts = _check_soundfonts(soundfonts, None)
+        soundfonts = _check_soundfonts(soundfonts)
     stft = default_stft() if stft is None else as_stft(stft)
     clip_samples = int(round(clip_seconds * sample_rate))
     works = {work["work"]: work for work in _manifest()["works"]}
@@ -731,7 +655,7 @@ def score_music(
     cache = _cache_root(cache_dir)
     music21, pretty_midi = _dependencies()
     if soundfonts is None:
-        soundfonts = _check_soundfonts(None, pretty_midi)
+        soundfonts = [_soundfont_path(pretty_midi)]
     root = _corpus_root(music21)
     if minutes is None:
         minutes = DEFAULT_MINUTES[split]
@@ -814,37 +738,6 @@ def _labels(rows, centres, settings):
     for (clip, _, _, pitch), a, b in zip(rows.tolist(), first, last):
         labels[int(clip), a:b, int(pitch) - settings["lowest_note"]] = 1
     return labels
-
-
-def _load_soundfonts(paths):
-    """The `_SoundFont` of each path; a file that cannot be read as one is
-    a `ValueError` naming `soundfonts`."""
-    loaded = []
-    for path in paths:
-        try:
-            loaded.append(_SoundFont(path))
-        except ValueError as error:
-            raise ValueError(
-                f"`soundfonts`: {error}. Received: soundfonts={paths!r}"
-            ) from None
-    return loaded
-
-
-_HASHES = {}
-
-
-def _file_sha256(path):
-    """The sha256 of a file, read in chunks (SoundFonts reach 500 MB),
-    remembered for this process by path, size and modification time."""
-    stat = os.stat(path)
-    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
-    if key not in _HASHES:
-        digest = hashlib.sha256()
-        with open(path, "rb") as file:
-            for block in iter(lambda: file.read(1 << 22), b""):
-                digest.update(block)
-        _HASHES[key] = digest.hexdigest()
-    return _HASHES[key]
 
 
 def _build(settings, works, root, cache, music21, soundfont_paths):
