@@ -30,6 +30,19 @@ take the waveform (their first layer the STFT, frozen). Two tasks
   the previous frame on, and generating from their own outputs scores far
   lower.
 
+Held-out timbres (`--data scores`, transcription): training and the usual
+test set play each part with a program of `TRAIN_PROGRAMS` (`--programs`;
+score_music's timbre augmentation at `--timbre-augmentation`, default 1),
+and the test works are played again by `HELD_OUT_PROGRAMS`
+(`--held-out-programs`: electric piano, marimba, accordion, guitars, voice,
+horn, oboe, bassoon, flute, absent from training) and, with
+`--held-out-soundfont PATH`, by another SoundFont: the same notes and
+labels (score_music draws the timbre apart), so the table's AP (held-out
+programs), AP (held-out SoundFont) and their gaps (test AP minus held-out
+AP, paired by seed) are the cost of timbres never heard, and the variants
+are ranked on each set. The extra test render is `--test-minutes` again
+(cached).
+
 `--data scores --streaming`, what causality costs (a model that streams
 frame by frame must attend causally, over a window): transcription only,
 the model of `--variants` (default `realip`, CAtt) and the real baseline,
@@ -63,6 +76,9 @@ Run:  python examples/compare_variants.py [--epochs 10] [--seeds 3]
       python examples/compare_variants.py --data scores
           [--task transcription|generation|both] [--epochs N] [--seeds 3]
           [--frames 64] [--train-minutes M] [--test-minutes M]
+          [--programs N ...] [--held-out-programs N ...]
+          [--timbre-augmentation S] [--soundfonts PATH ...]
+          [--held-out-soundfont PATH]
           [--output examples/output/compare_variants_scores] [--smoke]
       python examples/compare_variants.py --data scores --streaming
           [--windows 16 32 64] [--variants realip] [--seeds 3] ...
@@ -175,6 +191,25 @@ METRICS = (
 )
 # The generation table's extra column: the AP of teacher forcing.
 GENERATION_METRICS = (("ap_teacher_forced", "AP (teacher forced)"),)
+# Held-out timbres (issue 33): the test works are rendered again with
+# General MIDI programs absent from training, one or two of each family
+# (electric piano, marimba, accordion, nylon and steel guitars, voice
+# oohs, French horn, oboe, bassoon, flute; in TimGM6mb none shares a
+# sample with a training program but the horn's top zone, above its
+# range), and, with --held-out-soundfont, by another SoundFont. Training
+# uses the rest of `score_music`'s default programs.
+HELD_OUT_PROGRAMS = (4, 12, 21, 24, 25, 53, 60, 68, 70, 73)
+TRAIN_PROGRAMS = tuple(
+    p
+    for p in sorted(cvk.datasets.scores.PROGRAMS)
+    if p not in HELD_OUT_PROGRAMS
+)
+# The transcription table's extra columns: AP on each held-out test set
+# and the paired gap, test AP minus held-out AP, by seed.
+HELD_OUT_SETS = (
+    ("held_out_programs", "held-out programs"),
+    ("held_out_soundfont", "held-out SoundFont"),
+)
 NOT_COMPARABLE = (
     "These numbers are not comparable to MusicNet's: the audio is a "
     "synthetic rendering of scores (music21's Bach chorales and string "
@@ -255,15 +290,36 @@ def cut_windows(audio, labels, transform, frames):
     return x, y, where
 
 
-def load_score_windows(args, transform):
+def timbre_kwargs(args):
+    """score_music's timbre arguments of the training render (and the usual
+    test set): `--programs`, `--timbre-augmentation`, `--soundfonts`."""
+    kwargs = dict(programs=args.programs or TRAIN_PROGRAMS)
+    if args.timbre_augmentation is not None:
+        kwargs["timbre_augmentation"] = args.timbre_augmentation
+    if args.soundfonts:
+        kwargs["soundfonts"] = args.soundfonts
+    return kwargs
+
+
+def load_score_windows(args, transform, held_out=False):
     """score_music's train and test splits (held-out works) cut into
     windows: `{"train": (x, y), "test": (x, y)}` and the test split's
-    `ScoreMusic`."""
+    `ScoreMusic`. With `held_out`, the test works again with held-out
+    timbres (the same labels: score_music draws the timbre apart):
+    `"held_out_programs"` (`--held-out-programs`) and, with
+    `--held-out-soundfont`, `"held_out_soundfont"` (the training
+    programs)."""
     windows, test = {}, None
-    for split, minutes in (
-        ("train", args.train_minutes),
-        ("test", args.test_minutes),
-    ):
+    timbre = timbre_kwargs(args)
+    renders = [("train", "train", timbre), ("test", "test", timbre)]
+    if held_out and args.held_out_programs:
+        programs = dict(timbre, programs=args.held_out_programs)
+        renders.append(("held_out_programs", "test", programs))
+    if held_out and args.held_out_soundfont:
+        soundfont = dict(timbre, soundfonts=[args.held_out_soundfont])
+        renders.append(("held_out_soundfont", "test", soundfont))
+    for name, split, kwargs in renders:
+        minutes = args.train_minutes if split == "train" else args.test_minutes
         data = cvk.datasets.score_music(
             split,
             minutes=minutes,
@@ -274,6 +330,7 @@ def load_score_windows(args, transform):
             stft=transform,
             seed=0,
             cache_dir=args.cache_dir,
+            **kwargs,
         )
         x, y, _ = cut_windows(data.audio, data.labels, transform, args.frames)
         if not len(x):
@@ -286,8 +343,9 @@ def load_score_windows(args, transform):
             # training step a second time (seconds per run).
             keep = len(x) // args.batch_size * args.batch_size
             x, y = x[:keep], y[:keep]
-        windows[split] = (x, y)
-        test = data
+        windows[name] = (x, y)
+        if name == "test":
+            test = data
     return windows, test
 
 
@@ -342,6 +400,17 @@ def run_transcription(build, windows, args, seed, frame_rate):
         frame_rate,
         lowest_note=SCORES["lowest_note"],
     )
+    for name, _ in HELD_OUT_SETS:
+        if name in windows:
+            x_other, y_other = windows[name]
+            other = cvk.metrics.transcription_scores(
+                y_other,
+                sigmoid(predict(model, x_other)),
+                frame_rate,
+                lowest_note=SCORES["lowest_note"],
+            )
+            scores.update({f"{name}_{k}": v for k, v in other.items()})
+            scores[f"{name}_gap"] = scores["ap"] - other["ap"]
     return scores, time.perf_counter() - start, trainable(model)
 
 
@@ -467,6 +536,19 @@ def score_command(args):
     ]
     if args.variants:
         words += ["--variants", *args.variants]
+    for flag, value in (
+        ("--programs", args.programs),
+        ("--held-out-programs", args.held_out_programs),
+    ):
+        default = TRAIN_PROGRAMS if flag == "--programs" else HELD_OUT_PROGRAMS
+        if value is not None and tuple(value) != default:
+            words += [flag, *map(str, value)]
+    if args.timbre_augmentation is not None:
+        words += ["--timbre-augmentation", f"{args.timbre_augmentation:g}"]
+    if args.soundfonts:
+        words += ["--soundfonts", *args.soundfonts]
+    if args.held_out_soundfont:
+        words += ["--held-out-soundfont", args.held_out_soundfont]
     if getattr(args, "streaming", False):
         words += ["--streaming", "--windows", *map(str, args.windows)]
     return shlex.join(words)
@@ -502,6 +584,18 @@ def score_table(task, rows, args, counts, chance):
     if task == "generation":
         lines += [NO_REAL_GENERATOR, ""]
     metrics = METRICS + (GENERATION_METRICS if task == "generation" else ())
+    held_out = [
+        (name, what)
+        for name, what in HELD_OUT_SETS
+        if all(f"{name}_ap" in run for _, runs in rows for run in runs)
+    ]
+    for name, what in held_out:
+        metrics += (
+            (f"{name}_ap", f"AP ({what})"),
+            (f"{name}_gap", f"gap ({what})"),
+        )
+    if held_out:
+        lines += [held_out_caption(args, held_out), ""]
     lines += [
         NOT_COMPARABLE.format(
             size="TINY" if args.smoke else "SMALL",
@@ -526,6 +620,50 @@ def score_table(task, rows, args, counts, chance):
             f"| {label} | " + " | ".join(cells) + f" | "
             f"{runs[0]['parameters']:,} | {seconds:.0f} s |"
         )
+    if held_out:
+        lines += ["", ranking(rows, [("ap", "test works")] + held_out)]
+    return "\n".join(lines)
+
+
+def held_out_caption(args, held_out):
+    """What the held-out columns are."""
+    train = args.programs or TRAIN_PROGRAMS
+    text = (
+        "Held-out timbres (transcription only): the same test works, with "
+        "the same notes and labels, played by instruments absent from "
+        f"training. Training and the test works: General MIDI programs "
+        f"{', '.join(map(str, train))}"
+    )
+    if any(name == "held_out_programs" for name, _ in held_out):
+        text += (
+            "; held-out programs: "
+            f"{', '.join(map(str, args.held_out_programs))}"
+        )
+    if any(name == "held_out_soundfont" for name, _ in held_out):
+        name = os.path.basename(args.held_out_soundfont)
+        text += f"; held-out SoundFont: {name} (the training programs)"
+    strength = args.timbre_augmentation
+    strength = 1.0 if strength is None else strength
+    return (
+        text + f"; timbre augmentation {strength:g}. The gap is the test AP "
+        "minus the held-out AP, paired by seed (mean +- std)."
+    )
+
+
+def ranking(rows, sets):
+    """One line per test set: the variants by mean AP, best first."""
+    lines = []
+    for name, what in sets:
+        key = "ap" if name == "ap" else f"{name}_ap"
+        means = sorted(
+            ((np.mean([r[key] for r in runs]), label) for label, runs in rows),
+            reverse=True,
+        )
+        lines.append(
+            f"Ranking by AP on the {what}: "
+            + " > ".join(f"{label} ({mean:.3f})" for mean, label in means)
+            + "."
+        )
     return "\n".join(lines)
 
 
@@ -546,6 +684,7 @@ def check_score_args(parser, args):
         args.clip_seconds = SCORES_SMOKE["clip_seconds"]
     args.learning_rate = SCORES["learning_rate"]
     args.batch_size = SCORES["batch_size"]
+    check_timbre_args(parser, args)
     for name in ("epochs", "seeds"):
         if getattr(args, name) < 1:
             parser.error(
@@ -589,6 +728,48 @@ def check_score_args(parser, args):
     return transform
 
 
+def check_timbre_args(parser, args):
+    """The held-out programs (default HELD_OUT_PROGRAMS; none with an
+    empty --held-out-programs) must be disjoint from the training ones;
+    the other arguments are score_music's to check."""
+    if args.held_out_programs is None:
+        args.held_out_programs = list(HELD_OUT_PROGRAMS)
+    for flag, value in (
+        ("--programs", args.programs),
+        ("--held-out-programs", args.held_out_programs),
+    ):
+        if value and (
+            not all(0 <= p <= 127 for p in value)
+            or len(set(value)) < len(value)
+        ):
+            parser.error(
+                f"{flag} takes distinct General MIDI programs, 0 to 127. "
+                f"Received: {flag} {' '.join(map(str, value))}"
+            )
+    strength = args.timbre_augmentation
+    if strength is not None and not 0 <= strength <= 1:
+        parser.error(
+            f"--timbre-augmentation must be from 0 to 1. Received: "
+            f"--timbre-augmentation {strength:g}"
+        )
+    train = set(args.programs or TRAIN_PROGRAMS)
+    shared = sorted(train & set(args.held_out_programs))
+    if shared:
+        parser.error(
+            "--held-out-programs must be absent from training (--programs, "
+            f"default {' '.join(map(str, TRAIN_PROGRAMS))}). Received: "
+            f"--held-out-programs {' '.join(map(str, args.held_out_programs))}"
+            f" (shared: {' '.join(map(str, shared))})"
+        )
+    if args.held_out_soundfont and args.soundfonts:
+        same = {os.path.realpath(p) for p in args.soundfonts}
+        if os.path.realpath(args.held_out_soundfont) in same:
+            parser.error(
+                "--held-out-soundfont must not be one of --soundfonts. "
+                f"Received: --held-out-soundfont {args.held_out_soundfont}"
+            )
+
+
 def run_scores(args, parser):
     """`--data scores`: see the module's docstring."""
     transform = check_score_args(parser, args)
@@ -603,11 +784,18 @@ def run_scores(args, parser):
             # A fresh render of a few seconds, away from the user's cache.
             args.cache_dir = temporary
         start = time.perf_counter()
-        windows, test = load_score_windows(args, transform)
+        windows, test = load_score_windows(
+            args, transform, held_out=args.task != "generation"
+        )
     print(
         f"score_music: {len(windows['train'][0])} training and "
-        f"{len(windows['test'][0])} test windows of {args.frames} frames "
-        f"({time.perf_counter() - start:.0f} s)",
+        f"{len(windows['test'][0])} test windows of {args.frames} frames"
+        + "".join(
+            f", {len(windows[name][0])} {what}"
+            for name, what in HELD_OUT_SETS
+            if name in windows
+        )
+        + f" ({time.perf_counter() - start:.0f} s)",
         flush=True,
     )
     frame_rate = test.frame_rate
@@ -642,7 +830,11 @@ def run_scores(args, parser):
                     f"[{done}/{total}] {task} {label} seed {seed}: "
                     + ", ".join(
                         f"{name} {scores[key]:.3f}"
-                        for key, name in METRICS + GENERATION_METRICS
+                        for key, name in METRICS
+                        + GENERATION_METRICS
+                        + tuple(
+                            (f"{n}_ap", f"AP ({w})") for n, w in HELD_OUT_SETS
+                        )
                         if key in scores
                     )
                     + f" ({seconds:.0f} s)",
@@ -682,6 +874,11 @@ def run_scores(args, parser):
             windows=counts,
             stft=transform.get_config(),
             size=size,
+            programs=list(args.programs or TRAIN_PROGRAMS),
+            held_out_programs=list(args.held_out_programs),
+            timbre_augmentation=args.timbre_augmentation,
+            soundfonts=args.soundfonts,
+            held_out_soundfont=args.held_out_soundfont,
         ),
         **{
             task: [run for _, runs in rows for run in runs]
@@ -1190,6 +1387,11 @@ SCORE_ONLY = (
     "test_minutes",
     "cache_dir",
     "windows",
+    "programs",
+    "held_out_programs",
+    "timbre_augmentation",
+    "soundfonts",
+    "held_out_soundfont",
 )
 
 
@@ -1275,6 +1477,45 @@ def main(argv=None):
         default=None,
         help="--streaming: the causal windows in frames (default "
         f"{' '.join(map(str, WINDOWS))})",
+    )
+    parser.add_argument(
+        "--programs",
+        type=int,
+        nargs="+",
+        default=None,
+        help="--data scores: the General MIDI programs of training and the "
+        "test works (default: score_music's PROGRAMS without the held-out "
+        f"ones: {' '.join(map(str, TRAIN_PROGRAMS))})",
+    )
+    parser.add_argument(
+        "--held-out-programs",
+        type=int,
+        nargs="*",
+        default=None,
+        help="--data scores: the programs the test works are played by "
+        "again, absent from training (default "
+        f"{' '.join(map(str, HELD_OUT_PROGRAMS))}; none: no such column)",
+    )
+    parser.add_argument(
+        "--timbre-augmentation",
+        type=float,
+        default=None,
+        help="--data scores: score_music's timbre_augmentation, 0 to 1 "
+        "(default: its default, 1)",
+    )
+    parser.add_argument(
+        "--soundfonts",
+        nargs="+",
+        default=None,
+        help="--data scores: the SF2 files of training and the test works "
+        "(default: score_music's, TimGM6mb)",
+    )
+    parser.add_argument(
+        "--held-out-soundfont",
+        default=None,
+        help="--data scores: an SF2 file the test works are played by "
+        "again (the training programs), e.g. "
+        "/usr/share/sounds/sf2/FluidR3_GM.sf2",
     )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)

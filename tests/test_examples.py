@@ -265,18 +265,28 @@ def test_compare_variants_on_scores_smoke(tmp_path, monkeypatch):
         ]
         for line in table:
             cells = re.findall(r"(\d+\.\d+) \+- (\d+\.\d+)", line)
-            # generation: and the AP of teacher forcing
-            assert len(cells) == len(_SCORE_METRICS) + (task == "generation")
+            # generation: and the AP of teacher forcing; transcription: the
+            # AP on the held-out programs and its gap (issue 33)
+            extra = 1 if task == "generation" else 2
+            assert len(cells) == len(_SCORE_METRICS) + extra
             assert all(0 <= float(v) <= 1 for cell in cells for v in cell)
     text = (out / "generation.md").read_text()
     assert "no real-valued generator" in text
     assert "| AP (teacher forced) |" in text
+    text = (out / "transcription.md").read_text()
+    assert "| AP (held-out programs) | gap (held-out programs) |" in text
+    assert "Ranking by AP on the held-out programs: " in text
     record = json.loads((out / "runs.json").read_text())
     for task, count in (("transcription", 3), ("generation", 2)):
         assert len(record[task]) == count
         for run in record[task]:
             for key in _SCORE_KEYS:
                 assert 0 <= run[key] <= 1
+    for run in record["transcription"]:
+        assert 0 <= run["held_out_programs_ap"] <= 1
+        assert run["held_out_programs_gap"] == (
+            run["ap"] - run["held_out_programs_ap"]
+        )
     assert 0 <= record["generation"][0]["ap_teacher_forced"] <= 1
 
 
@@ -344,6 +354,39 @@ def test_compare_variants_windows_follow_score_labels(tmp_path):
     assert y.sum() > 0
 
 
+def test_compare_variants_held_out_windows(tmp_path):
+    """The held-out timbres of --data scores: the test works again, with
+    the same labels and windows, played by the held-out programs (other
+    audio)."""
+    import argparse
+
+    import numpy as np
+
+    module = runpy.run_path(os.path.join(EXAMPLES, "compare_variants.py"))
+    assert not set(module["TRAIN_PROGRAMS"]) & set(module["HELD_OUT_PROGRAMS"])
+    args = argparse.Namespace(
+        train_minutes=0.1,
+        test_minutes=0.07,
+        clip_seconds=2.048,
+        frames=16,
+        batch_size=8,
+        cache_dir=str(tmp_path),
+        programs=None,
+        held_out_programs=[4, 12, 60],
+        timbre_augmentation=0.5,
+        soundfonts=None,
+        held_out_soundfont=None,
+    )
+    windows, test = module["load_score_windows"](
+        args, module["stft"](), held_out=True
+    )
+    assert set(windows) == {"train", "test", "held_out_programs"}
+    (x, y), (x_held, y_held) = windows["test"], windows["held_out_programs"]
+    np.testing.assert_array_equal(y_held, y)
+    assert x_held.shape == x.shape and np.abs(x_held - x).max() > 0.01
+    assert y.sum() > 0
+
+
 def test_compare_variants_rejects_bad_input(capsys):
     main = _main("compare_variants.py")
     for argv, message in (
@@ -355,6 +398,19 @@ def test_compare_variants_rejects_bad_input(capsys):
         ),
         (["--frames", "64"], "--frames applies to --data scores only"),
         (["--data", "scores", "--samples", "9"], "--samples sizes"),
+        (["--programs", "0"], "--programs applies to --data scores only"),
+        (
+            ["--data", "scores", "--held-out-programs", "4", "40"],
+            "--held-out-programs must be absent from training",
+        ),
+        (
+            ["--data", "scores", "--programs", "0", "200"],
+            "--programs takes distinct General MIDI programs",
+        ),
+        (
+            ["--data", "scores", "--timbre-augmentation", "2"],
+            "--timbre-augmentation must be from 0 to 1",
+        ),
     ):
         with pytest.raises(SystemExit):
             main(argv)
