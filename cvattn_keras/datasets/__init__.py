@@ -10,6 +10,11 @@ stacked layout `[real | imag]` on the last axis, float32.
 - `synthetic_modulation` (`datasets.modulation`): radio IQ sequences of
   standard digital modulations with random carrier phase, frequency offset
   and noise, labelled by modulation.
+- `radio_modulation` (`datasets.radio`): a modulation-recognition set of
+  the field's design (RadioML 2016.10a's eleven classes, pulse shaping,
+  carrier, sample-rate and timing offsets, multipath fading, an SNR grid;
+  simulated, not RadioML's data), frames of complex IQ in a
+  `RadioFrames`.
 - `score_music` (`datasets.scores`): real scores (music21's corpus: Bach
   chorales, Haydn, Mozart and Beethoven quartets) played by sampled
   instruments (a General MIDI SoundFont), humanised, as audio with note
@@ -32,15 +37,27 @@ from cvattn_keras.datasets.music import highest_audible_note
 from cvattn_keras.datasets.music import load_musicnet
 from cvattn_keras.datasets.music import synthetic_music
 from cvattn_keras.datasets.music import synthetic_music_stft
+from cvattn_keras.datasets.radio import RADIO_AUDIO_RATE
+from cvattn_keras.datasets.radio import RADIO_SAMPLE_RATE
+from cvattn_keras.datasets.radio import RADIOML_CLASSES
+from cvattn_keras.datasets.radio import RADIOML_SNRS
+from cvattn_keras.datasets.radio import RadioFrames
+from cvattn_keras.datasets.radio import radio_modulation
 from cvattn_keras.datasets.scores import ScoreMusic
 from cvattn_keras.datasets.scores import score_music
 
 __all__ = [
     "MODULATIONS",
+    "RADIOML_CLASSES",
+    "RADIOML_SNRS",
+    "RADIO_AUDIO_RATE",
+    "RADIO_SAMPLE_RATE",
+    "RadioFrames",
     "ScoreMusic",
     "SyntheticMRI",
     "highest_audible_note",
     "load_musicnet",
+    "radio_modulation",
     "score_music",
     "synthetic_modulation",
     "synthetic_mri",
