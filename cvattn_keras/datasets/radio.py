@@ -682,7 +682,7 @@ def radio_modulation(
     switching an impairment off leaves everything else of every frame
     as it was: the cost of each impairment can be studied on the same
     frames. 220,000 frames of 128 (RadioML 2016.10a's size) take about
-    12 s of CPU time, chunk by chunk (about 1.3 GB at most).
+    14 s of CPU time, chunk by chunk (about 1.3 GB at most).
 
     Args:
         split: `"train"`, `"validation"` or `"test"`.
