@@ -376,6 +376,7 @@ def test_compare_variants_held_out_windows(tmp_path):
         timbre_augmentation=0.5,
         soundfonts=None,
         held_out_soundfont=None,
+        held_out_augmentation=0.0,
     )
     windows, test = module["load_score_windows"](
         args, module["stft"](), held_out=True
@@ -543,6 +544,40 @@ def test_compare_variants_streaming_rejects_bad_input(capsys):
 def test_modulation():
     results = _main("modulation.py")(["--smoke"])
     assert set(results) == {"complex", "real"}
+
+
+def test_radio(tmp_path):
+    """`examples/radio.py --smoke`: every model trained and scored per SNR,
+    the best exported and scored on LiteRT, the complex classifier
+    streamed on LiteRT equal to its Keras stream."""
+    result = _main("radio.py")(["--smoke", "--out", str(tmp_path)])
+    assert set(result["runs"]) == {"complex", "real", "cnn"}
+    snrs = sorted(result["summary"]["complex"]["per_snr"])
+    assert snrs == [float(s) for s in range(-20, 20, 2)]
+    for row in result["exported"]:
+        assert "error" not in row, row
+        assert 0.0 <= row["mean"] <= 1.0
+    assert [r["mode"] for r in result["exported"]] == ["float32", "full_int8"]
+    live = result["live"]
+    # float32 LiteRT against the Keras stream: rounding only (the streaming
+    # tests hold 1e-5 relative on larger models).
+    assert live["error_vs_keras_stream"] < 1e-4
+    assert live["keras_stream_vs_offline"] < 1e-4
+    assert (tmp_path / "radio.json").exists()
+    assert (tmp_path / "radio_complex_stream.tflite").exists()
+
+
+def test_radio_refuses_bad_arguments(capsys):
+    main = _main("radio.py")
+    for argv, message in (
+        (["--models", "transformer"], "--models takes names"),
+        (["--modes", "int4"], "--modes takes names"),
+        (["--seeds", "0"], "--seeds must be positive"),
+        (["--stream-tokens", "8"], "--stream-tokens must be at least"),
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert message in capsys.readouterr().err
 
 
 def test_examples_log_one_line_per_epoch_when_redirected():
