@@ -559,10 +559,12 @@ def test_radio(tmp_path):
         assert 0.0 <= row["mean"] <= 1.0
     assert [r["mode"] for r in result["exported"]] == ["float32", "full_int8"]
     live = result["live"]
-    # float32 LiteRT against the Keras stream: rounding only (the streaming
-    # tests hold 1e-5 relative on larger models).
+    # float32 LiteRT against the Keras stream, and against the frame
+    # classifier on the last 16 tokens (the same function: the windows 8
+    # and 9 make each decision depend on 16 tokens): rounding only (the
+    # streaming tests hold 1e-5 relative on larger models).
     assert live["error_vs_keras_stream"] < 1e-4
-    assert live["keras_stream_vs_offline"] < 1e-4
+    assert live["error_vs_frames"] < 1e-4
     assert (tmp_path / "radio.json").exists()
     assert (tmp_path / "radio_complex_stream.tflite").exists()
 
@@ -574,6 +576,8 @@ def test_radio_refuses_bad_arguments(capsys):
         (["--modes", "int4"], "--modes takes names"),
         (["--seeds", "0"], "--seeds must be positive"),
         (["--stream-tokens", "8"], "--stream-tokens must be at least"),
+        (["--stream-snr", "40"], "--stream-snr must be within"),
+        (["--batch-size", "0"], "--batch-size must be positive"),
     ):
         with pytest.raises(SystemExit):
             main(argv)
