@@ -171,8 +171,19 @@ def test_uniform_draws_stay_on_the_grid():
     # The impairments' ranges (the defaults: 500 Hz and 50 Hz at 200 kHz).
     assert np.all(np.abs(frames.frequency_offset) <= 500 / FS)
     assert np.all(np.abs(frames.sample_rate_offset) <= 50 / FS)
-    assert np.all((frames.timing_offset >= 0) & (frames.timing_offset < 1))
     assert np.all((frames.phase >= 0) & (frames.phase < 2 * np.pi + 1e-6))
+    # The timing offset: uniform in [0, samples_per_symbol), a frame
+    # starting anywhere in a symbol. Over 300 draws, the first and the
+    # last eighth of the range are each missed with probability
+    # (7/8)^300 < 1e-17.
+    for sps, frame in ((8, frames), (4, None)):
+        if frame is None:
+            frame = datasets.radio_modulation(
+                "train", num_frames=300, frame_length=8, samples_per_symbol=4
+            )
+        tau = frame.timing_offset
+        assert np.all((tau >= 0) & (tau < sps))
+        assert tau.min() < sps / 8 and tau.max() > 7 * sps / 8
 
 
 def test_switching_an_impairment_off_keeps_everything_else():
@@ -192,6 +203,32 @@ def test_switching_an_impairment_off_keeps_everything_else():
     np.testing.assert_allclose(
         full.iq - full.clean, less.iq - less.clean, atol=1e-5
     )
+    # The noise alone switched off: the same clean frames.
+    quiet = datasets.radio_modulation("train", **kwargs, noise=False)
+    np.testing.assert_array_equal(quiet.clean, full.clean)
+    np.testing.assert_array_equal(quiet.iq, quiet.clean)
+
+
+@pytest.mark.parametrize("reference", ["average", "frame"])
+def test_a_single_fading_path_scales_the_same_signal(reference):
+    # Every other impairment off: a single path of gain g at delay 0
+    # multiplies the very signal that fading=None gives, by g ("average")
+    # or by its phase g / |g| ("frame", the frame rescaled to unit power).
+    kwargs = dict(
+        OFF, num_frames=22, frame_length=64, path_delays=(0.0,), seed=5
+    )
+    kwargs.update(path_gains=(1.0,), snr_reference=reference)
+    plain = datasets.radio_modulation("train", **kwargs)
+    faded = datasets.radio_modulation(
+        "train", **dict(kwargs, fading="rayleigh")
+    )
+    np.testing.assert_array_equal(plain.labels, faded.labels)
+    g = faded.channel_taps[:, 0].astype(complex)
+    assert np.ptp(np.abs(g)) > 0.5  # drawn: magnitudes differ
+    gain = g if reference == "average" else g / np.abs(g)
+    want = gain[:, None] * plain.clean.astype(complex)
+    # float32 frames: 1e-5 of amplitudes up to a few units.
+    np.testing.assert_allclose(faded.clean, want, rtol=0, atol=1e-5 * 4)
 
 
 # ----------------------------------------------------------------------
@@ -282,10 +319,27 @@ def test_cpfsk_and_gfsk_are_continuous_phase():
             within = step.reshape(-1)[: 31 * 8].reshape(31, 8)[:, :7]
             assert np.all(np.abs(np.diff(within, axis=1)) < 1e-5)
         else:
-            # Index 0.8 / pi: Gaussian-smoothed steps within +-pi h / 8.
+            # Index 0.8 / pi: the step into sample n is pi h / 8 times the
+            # NRZ bits (+-1 on symbol j's samples 8j .. 8j + 7) through a
+            # Gaussian filter of BT 0.35 (std sqrt(ln 2) / (2 pi BT)
+            # symbols), taps over +-2 symbols summing to 1. The bits are
+            # decided from the step mid-symbol (an isolated bit keeps
+            # 0.81 of its pulse there, its neighbours take at most 0.19).
             h = 0.8 / np.pi
-            assert np.max(np.abs(step)) <= np.pi * h / 8 + 1e-5
-            assert np.max(np.abs(step)) > 0.9 * np.pi * h / 8
+            k = np.pi * h / 8
+            bits = np.sign(step[8 * np.arange(1, 32) + 3])  # samples 8j+4
+            nrz = np.concatenate([[0] * 8, np.repeat(bits, 8)])
+            sigma = np.sqrt(np.log(2)) / (2 * np.pi * 0.35) * 8
+            m = np.arange(-16, 17)
+            gauss = np.exp(-0.5 * (m / sigma) ** 2)
+            gauss /= gauss.sum()
+            n = np.arange(3 * 8, 29 * 8)  # 16 samples from unknown bits
+            want = k * np.array([gauss @ nrz[i - m] for i in n])
+            # float32 phases: 1e-5 rad.
+            np.testing.assert_allclose(step[n - 1], want, atol=1e-5)
+            # Not rectangular: the steps vary within symbols.
+            within = step[n[0] - 1 : n[-1]].reshape(-1, 8)
+            assert np.max(np.ptp(within, axis=1)) > 0.5 * k
 
 
 # ----------------------------------------------------------------------
@@ -398,7 +452,8 @@ def test_sample_rate_offset_of_an_rrc_signal_is_the_ideal_waveform():
         error = np.abs(got - c * want)
         assert np.max(error) < 6e-3 and np.sqrt(np.mean(error**2)) < 1.5e-3
         # Both frames have unit power, over stretches of the signal that
-        # differ by the drift (10 of 1024 samples): 1%.
+        # differ by the drift and the timing offset (up to 10 + 8 of 1024
+        # samples): 1%.
         assert abs(c - 1) < 1e-2
 
 
@@ -435,9 +490,12 @@ def test_fading_tap_statistics(fading):
         assert np.abs(np.mean(column)) < 4 * np.sqrt(np.var(column) / 4000)
 
 
-def test_frames_go_through_their_fading_taps():
-    # A tone exp(j 2 pi f t) through paths g_k at delays d_k is the tone
-    # times H = sum_k g_k exp(-j 2 pi f d_k), normalised to unit power.
+@pytest.mark.parametrize("reference", ["average", "frame"])
+def test_frames_go_through_their_fading_taps(reference):
+    # A tone exp(j 2 pi f t) (unit power) through paths g_k at delays d_k
+    # is the tone times H = sum_k g_k exp(-j 2 pi f d_k): as it is with
+    # snr_reference="average" (the channel's gain kept), normalised to
+    # unit power with "frame".
     level = 0.4
     frames = datasets.radio_modulation(
         "train",
@@ -445,6 +503,7 @@ def test_frames_go_through_their_fading_taps():
         classes=("WBFM",),
         frame_length=256,
         audio=np.full(3000, level),
+        snr_reference=reference,
         **dict(OFF, fading="rician"),
     )
     f = 75_000 / FS * level
@@ -453,15 +512,21 @@ def test_frames_go_through_their_fading_taps():
     response = frames.channel_taps.astype(complex) @ np.exp(
         -2j * np.pi * f * delays
     )
-    want = (
-        np.exp(2j * np.pi * f * n)[None]
-        * (response / np.abs(response))[:, None]
-    )
-    np.testing.assert_allclose(frames.clean, want, rtol=0, atol=1e-3)
+    if reference == "frame":
+        response = response / np.abs(response)
+    assert np.ptp(np.abs(response)) > 0.3 or reference == "frame"
+    want = np.exp(2j * np.pi * f * n)[None] * response[:, None]
+    # The interpolator's error (6e-4 of the amplitude, below 2 here).
+    np.testing.assert_allclose(frames.clean, want, rtol=0, atol=1.5e-3)
 
 
-def test_measured_snr_matches_the_requested_one():
-    # Per frame, the noise's power is estimated from frame_length
+@pytest.mark.parametrize(
+    "reference, fading", [("frame", "rician"), ("average", None)]
+)
+def test_measured_snr_matches_the_requested_one(reference, fading):
+    # Every frame at its SNR: "frame" normalises the faded frame; with
+    # "average" and no fading the channel has unit gain (the carrier has
+    # unit modulus). Per frame, the noise's power is estimated from frame_length
     # complex samples: a relative std of 1 / sqrt(1024) = 3.1%, 0.14 dB;
     # 128 samples would give 0.38 dB, too close to the 0.5 dB asked.
     snrs = (-20, -6, 0, 10, 18)
@@ -471,6 +536,8 @@ def test_measured_snr_matches_the_requested_one():
         classes=("8PSK", "AM-SSB", "CPFSK"),
         snr_db=snrs,
         frame_length=1024,
+        fading=fading,
+        snr_reference=reference,
     )
     clean = frames.clean.astype(complex)
     noise = frames.iq.astype(complex) - clean
@@ -489,6 +556,47 @@ def test_measured_snr_matches_the_requested_one():
     # White and circular: real and imaginary parts of equal power.
     ratio = np.mean(noise.real**2) / np.mean(noise.imag**2)
     assert ratio == pytest.approx(1, abs=0.05)
+
+
+def test_average_snr_lets_fades_lower_a_frames_snr():
+    # snr_reference="average" (the default), Rayleigh fading: the noise
+    # keeps its variance 10^(-snr/10) after the channel, while a frame's
+    # clean power is the channel's gain for it, 1 in expectation.
+    count = 3000
+    frames = datasets.radio_modulation(
+        "train",
+        num_frames=count,
+        snr_db=0,
+        frame_length=32,
+        fading="rayleigh",
+        seed=11,
+    )
+    power = np.mean(np.abs(frames.clean.astype(complex)) ** 2, axis=1)
+    # The mean over frames: each frame's power is about exponential (the
+    # paths lie within a fraction of a symbol): the mean's standard error
+    # is its std / sqrt(3000), about 1.8%; within 4 standard errors.
+    error = np.std(power) / np.sqrt(count)
+    assert abs(np.mean(power) - 1) < 4 * error
+    # Deep fades kept, not normalised away (an exponential's 10th
+    # percentile is 0.105; "frame" would put every frame at 1).
+    assert np.percentile(power, 10) < 0.5 and np.percentile(power, 90) > 1.5
+    # The noise at its fixed level: unit variance at 0 dB, estimated from
+    # 96,000 complex samples (a relative std of 0.3%; 2%).
+    noise = (frames.iq - frames.clean).astype(complex)
+    assert np.mean(np.abs(noise) ** 2) == pytest.approx(1, rel=0.02)
+    # The same frames with "frame": every clean frame at unit power.
+    fixed = datasets.radio_modulation(
+        "train",
+        num_frames=count,
+        snr_db=0,
+        frame_length=32,
+        fading="rayleigh",
+        seed=11,
+        snr_reference="frame",
+    )
+    fixed_power = np.mean(np.abs(fixed.clean.astype(complex)) ** 2, axis=1)
+    np.testing.assert_allclose(fixed_power, 1, atol=1e-5)
+    np.testing.assert_array_equal(fixed.channel_taps, frames.channel_taps)
 
 
 # ----------------------------------------------------------------------
@@ -591,6 +699,12 @@ def test_builtin_music_is_band_limited_and_never_silent():
         (dict(path_delays=(0.0, float("nan"), 1.0)), "path_delays"),
         (dict(path_gains=(1.0, 0.5)), "path_gains"),
         (dict(path_gains=(0.0, 0.0, 0.0)), "path_gains"),
+        (dict(path_gains=(1.0, float("inf"), 0.3)), "path_gains"),
+        (dict(path_gains=(1.0, float("nan"), 0.3)), "path_gains"),
+        (dict(frame_length=0), "frame_length"),
+        (dict(samples_per_symbol=2.5), "samples_per_symbol"),
+        (dict(snr_reference="x"), "snr_reference"),
+        (dict(snr_reference=None), "snr_reference"),
         (dict(noise=None), "noise"),
         (dict(audio=np.zeros((10, 10))), "audio"),
         (dict(audio=np.full(20, 0.5)), "audio"),
