@@ -37,11 +37,13 @@ and the test works are played again by `HELD_OUT_PROGRAMS`
 (`--held-out-programs`: electric piano, marimba, accordion, guitars, voice,
 horn, oboe, bassoon, flute, absent from training) and, with
 `--held-out-soundfont PATH`, by another SoundFont: the same notes and
-labels (score_music draws the timbre apart), so the table's AP (held-out
-programs), AP (held-out SoundFont) and their gaps (test AP minus held-out
-AP, paired by seed) are the cost of timbres never heard, and the variants
-are ranked on each set. The extra test render is `--test-minutes` again
-(cached).
+labels (score_music draws the timbre apart), rendered plainly
+(`--held-out-augmentation`, default 0: the same held-out sets whatever
+the training's timbre, so that recipes compare on them), so the table's
+AP (held-out programs), AP (held-out SoundFont) and their gaps (test AP
+minus held-out AP, paired by seed) are the cost of timbres never heard,
+and the variants are ranked on each set. The extra test render is
+`--test-minutes` again (cached).
 
 `--data scores --streaming`, what causality costs (a model that streams
 frame by frame must attend causally, over a window): transcription only,
@@ -308,15 +310,17 @@ def load_score_windows(args, transform, held_out=False):
     timbres (the same labels: score_music draws the timbre apart):
     `"held_out_programs"` (`--held-out-programs`) and, with
     `--held-out-soundfont`, `"held_out_soundfont"` (the training
-    programs)."""
+    programs), both at `--held-out-augmentation` (default 0: plain
+    renders, the same sets whatever the training's timbre)."""
     windows, test = {}, None
     timbre = timbre_kwargs(args)
     renders = [("train", "train", timbre), ("test", "test", timbre)]
+    plain = dict(timbre, timbre_augmentation=args.held_out_augmentation)
     if held_out and args.held_out_programs:
-        programs = dict(timbre, programs=args.held_out_programs)
+        programs = dict(plain, programs=args.held_out_programs)
         renders.append(("held_out_programs", "test", programs))
     if held_out and args.held_out_soundfont:
-        soundfont = dict(timbre, soundfonts=[args.held_out_soundfont])
+        soundfont = dict(plain, soundfonts=[args.held_out_soundfont])
         renders.append(("held_out_soundfont", "test", soundfont))
     for name, split, kwargs in renders:
         minutes = args.train_minutes if split == "train" else args.test_minutes
@@ -549,6 +553,8 @@ def score_command(args):
         words += ["--soundfonts", *args.soundfonts]
     if args.held_out_soundfont:
         words += ["--held-out-soundfont", args.held_out_soundfont]
+    if args.held_out_augmentation:
+        words += ["--held-out-augmentation", f"{args.held_out_augmentation:g}"]
     if getattr(args, "streaming", False):
         words += ["--streaming", "--windows", *map(str, args.windows)]
     return shlex.join(words)
@@ -645,8 +651,10 @@ def held_out_caption(args, held_out):
     strength = args.timbre_augmentation
     strength = 1.0 if strength is None else strength
     return (
-        text + f"; timbre augmentation {strength:g}. The gap is the test AP "
-        "minus the held-out AP, paired by seed (mean +- std)."
+        text + f"; timbre augmentation {strength:g} (training and the test "
+        f"works), {args.held_out_augmentation:g} (the held-out sets). The "
+        "gap is the test AP minus the held-out AP, paired by seed (mean +- "
+        "std)."
     )
 
 
@@ -746,12 +754,16 @@ def check_timbre_args(parser, args):
                 f"{flag} takes distinct General MIDI programs, 0 to 127. "
                 f"Received: {flag} {' '.join(map(str, value))}"
             )
-    strength = args.timbre_augmentation
-    if strength is not None and not 0 <= strength <= 1:
-        parser.error(
-            f"--timbre-augmentation must be from 0 to 1. Received: "
-            f"--timbre-augmentation {strength:g}"
-        )
+    if args.held_out_augmentation is None:
+        args.held_out_augmentation = 0.0
+    for flag, strength in (
+        ("--timbre-augmentation", args.timbre_augmentation),
+        ("--held-out-augmentation", args.held_out_augmentation),
+    ):
+        if strength is not None and not 0 <= strength <= 1:
+            parser.error(
+                f"{flag} must be from 0 to 1. Received: {flag} {strength:g}"
+            )
     train = set(args.programs or TRAIN_PROGRAMS)
     shared = sorted(train & set(args.held_out_programs))
     if shared:
@@ -879,6 +891,7 @@ def run_scores(args, parser):
             timbre_augmentation=args.timbre_augmentation,
             soundfonts=args.soundfonts,
             held_out_soundfont=args.held_out_soundfont,
+            held_out_augmentation=args.held_out_augmentation,
         ),
         **{
             task: [run for _, runs in rows for run in runs]
@@ -1392,6 +1405,7 @@ SCORE_ONLY = (
     "timbre_augmentation",
     "soundfonts",
     "held_out_soundfont",
+    "held_out_augmentation",
 )
 
 
@@ -1516,6 +1530,13 @@ def main(argv=None):
         help="--data scores: an SF2 file the test works are played by "
         "again (the training programs), e.g. "
         "/usr/share/sounds/sf2/FluidR3_GM.sf2",
+    )
+    parser.add_argument(
+        "--held-out-augmentation",
+        type=float,
+        default=None,
+        help="--data scores: the timbre augmentation of the held-out "
+        "renders (default 0: plain, the same sets whatever the training)",
     )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
