@@ -39,9 +39,12 @@ figure), the high-SNR plateau (mean over 0..18 dB), mean +- sample std
 over seeds, the paired difference of each model against `complex` by
 seed with its 95% t interval (over training seeds, on one draw of the
 data: `--data-seed`), and the confusion matrix at high SNR of the best
-model. The best model (highest validation accuracy) is exported
-to TFLite (builtin ops only; `--modes`, default float32 and full_int8
-calibrated on 256 training frames) and scored per SNR on LiteRT.
+model. The best model (highest validation accuracy), and the best
+complex model when another wins, are exported to TFLite (builtin ops
+only; `--modes`, default float32 and full_int8 calibrated on 256 training
+frames) and scored per SNR on LiteRT. (The real transformer has no
+full_int8 file: Keras' `LayerNormalization` converts with a NEG, which
+has no integer kernel; a row says so.)
 
 Live IQ (whenever the complex model is trained): the best complex
 classifier on validation becomes a stream (`cvattn_keras.streaming.
@@ -184,10 +187,10 @@ def inputs_of(name, frames):
     return x / np.sqrt(np.maximum(power, 1e-12))[:, None, None]
 
 
-def build(name, frame_length, classes):
+def build(name, frame_length, classes, windows=(8, 9)):
     tokens = frame_length // TOKEN
     if name == "complex":
-        return complex_model(tokens, classes)
+        return complex_model(tokens, classes, windows=windows)
     if name == "real":
         return None, real_model(tokens, classes)
     return None, cnn_model(frame_length, classes)
@@ -513,6 +516,13 @@ def parse(argv):
     )
     parser.add_argument("--streams-per-class", type=int, default=4)
     parser.add_argument("--stream-snr", type=float, default=10.0)
+    parser.add_argument(
+        "--windows",
+        default="8,9",
+        help="the complex model's sliding windows, one encoder each; the "
+        "live stream needs them to cover one frame exactly (sum - count + "
+        "1 = 16 tokens)",
+    )
     parser.add_argument("--data-seed", type=int, default=0)
     parser.add_argument("--out", default=os.path.join("examples", "output"))
     parser.add_argument("--quiet", action="store_true")
@@ -532,6 +542,12 @@ def parse(argv):
     for name in names + ("batch_size", "streams_per_class"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")
+    try:
+        args.windows = tuple(int(w) for w in args.windows.split(","))
+    except ValueError:
+        args.windows = ()
+    if not args.windows or min(args.windows) < 1:
+        parser.error(f"--windows takes positive ints; got {args.windows!r}")
     if args.stream_tokens < 32:
         parser.error("--stream-tokens must be at least 32 (two windows)")
     if not -20 <= args.stream_snr <= 30:
@@ -582,7 +598,7 @@ def main(argv=None):
         x, xv, xt = (inputs_of(name, d) for d in data.values())
         for seed in range(args.seeds):
             keras.utils.set_random_seed(seed)
-            per_token, model = build(name, frame_length, classes)
+            per_token, model = build(name, frame_length, classes, args.windows)
             seconds = train(
                 model,
                 x,
@@ -694,20 +710,30 @@ def main(argv=None):
         confusion_table(matrix, class_names),
     ]
     exported = []
-    if args.modes:
-        x_train = inputs_of(best["name"], train_set)
-        x_test = inputs_of(best["name"], test_set)
-        exported = export_rows(
-            best["name"], best["model"], args, x_train, x_test, test_set
+    targets = [dict(best)]
+    if streamable is not None and best["name"] != "complex":
+        # The library's own model too: its best on validation.
+        targets.append(dict(streamable, name="complex"))
+    for target in targets if args.modes else []:
+        name = target["name"]
+        rows = export_rows(
+            name,
+            target["model"],
+            args,
+            inputs_of(name, train_set),
+            inputs_of(name, test_set),
+            test_set,
         )
+        exported += [dict(r, model=name, seed=target["seed"]) for r in rows]
         lines += [
             "",
-            f"{best['name']} (seed {best['seed']}) on LiteRT:",
+            f"{name} (seed {target['seed']}, the best {name} model on "
+            "validation) on LiteRT:",
             "",
             "| mode | file (KiB) | mean, every SNR | 0-18 dB | ms per frame |",
             "| --- | ---: | --- | --- | ---: |",
         ]
-        for r in exported:
+        for r in rows:
             if "error" in r:
                 lines.append(f"| {r['mode']} | export failed: {r['error']} |")
                 continue
@@ -717,7 +743,15 @@ def main(argv=None):
                 f"{r['latency_ms']:.3f} |"
             )
     live = None
-    if "complex" in runs:
+    field = sum(args.windows) - len(args.windows) + 1
+    if "complex" in runs and field != frame_length // TOKEN:
+        lines += [
+            "",
+            f"(No live stream: windows {args.windows} make a decision depend "
+            f"on {field} tokens, not on one frame of "
+            f"{frame_length // TOKEN}.)",
+        ]
+    elif "complex" in runs:
         live = live_stream(
             streamable["per_token"], streamable["model"], args, class_names
         )
