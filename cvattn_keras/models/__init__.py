@@ -3,7 +3,9 @@
 - `models.music`: the paper's MusicNet models (`music_classifier`,
   `music_generator`) and a real-valued baseline (`real_music_classifier`);
 - `models.generation`: `generate`, autoregressive decoding with a
-  `music_generator` model, and `shift_right` (teacher forcing);
+  `music_generator` model, `shift_right` (teacher forcing), and
+  `FeedbackTraining` (training on the model's own fed-back outputs, as
+  `generate` decodes; `feedback_inputs`);
 - `models.images`: image reconstruction from undersampled k-space (MRI),
   with data consistency: `mri_transformer` (a complex vision transformer
   with CAtt), `complex_unet`, and real-valued baselines of about the same
@@ -11,6 +13,8 @@
 """
 
 from cvattn_keras.models.generation import FEEDBACKS
+from cvattn_keras.models.generation import FeedbackTraining
+from cvattn_keras.models.generation import feedback_inputs
 from cvattn_keras.models.generation import generate
 from cvattn_keras.models.generation import shift_right
 from cvattn_keras.models.images import MASKS
@@ -29,8 +33,10 @@ __all__ = [
     "FEEDBACKS",
     "FRONTEND_FILTERS",
     "FRONTEND_KERNEL_SIZES",
+    "FeedbackTraining",
     "MASKS",
     "complex_unet",
+    "feedback_inputs",
     "generate",
     "mri_transformer",
     "music_classifier",

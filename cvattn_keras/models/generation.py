@@ -1,6 +1,8 @@
 """Autoregressive decoding with `music_generator` models: `generate`
 (the paper's protocol, feeding back notes or logits, with or without a
-decoding cache) and `shift_right` (teacher forcing's inputs)."""
+decoding cache), `shift_right` (teacher forcing's inputs), and training
+the way `generate` decodes: `FeedbackTraining` (the decoder run again on
+its own fed-back outputs, `feedback_inputs`)."""
 
 import weakref
 
@@ -9,7 +11,13 @@ import numpy as np
 
 from cvattn_keras import _validation as check
 
-__all__ = ["FEEDBACKS", "generate", "shift_right"]
+__all__ = [
+    "FEEDBACKS",
+    "FeedbackTraining",
+    "feedback_inputs",
+    "generate",
+    "shift_right",
+]
 
 
 def shift_right(labels):
@@ -94,15 +102,7 @@ def generate(
             (`B >= 1`), complex spectra, or a bad argument; checked on
             every call, before a kept compiled loop runs.
     """
-    if feedback not in FEEDBACKS:
-        raise ValueError(
-            f"`feedback` must be one of {list(FEEDBACKS)}. "
-            f"Received: feedback={feedback!r}"
-        )
-    if not check._is_real(threshold) or not 0 < threshold < 1:
-        raise ValueError(
-            f"`threshold` must be in (0, 1). Received: threshold={threshold!r}"
-        )
+    _check_feedback(feedback, threshold)
     for name, value in (("cache", cache), ("jit_compile", jit_compile)):
         if not isinstance(value, bool):
             raise ValueError(
@@ -153,6 +153,20 @@ def generate(
         if t + 1 < target_frames:
             previous[:, t + 1] = step if feedback == "logits" else decoded[:, t]
     return decoded, logits
+
+
+def _check_feedback(feedback, threshold):
+    """`ValueError`s for a `feedback` not in `FEEDBACKS` or a `threshold`
+    outside (0, 1)."""
+    if feedback not in FEEDBACKS:
+        raise ValueError(
+            f"`feedback` must be one of {list(FEEDBACKS)}. "
+            f"Received: feedback={feedback!r}"
+        )
+    if not check._is_real(threshold) or not 0 < threshold < 1:
+        raise ValueError(
+            f"`threshold` must be in (0, 1). Received: threshold={threshold!r}"
+        )
 
 
 def _check_spectra(model, spectra):
@@ -355,3 +369,277 @@ class _CachedDecoding(keras.Model):
             (logits, start, self.empty_self_caches(batch)),
         )
         return logits
+
+
+def feedback_inputs(logits, feedback="logits", threshold=0.5):
+    """What `generate(feedback=...)` feeds the decoder, for every frame at
+    once: the previous-notes input of a decoder pass run on the outputs of
+    the last one.
+
+    The logits `(B, T, notes)` of frames `0 .. T-1` become the previous
+    notes of frames `1 .. T` (shifted right one frame with a zero start
+    token, as `shift_right`): the raw logits with `feedback="logits"`,
+    or the notes whose probability is above `threshold` (1.0, else 0.0)
+    with `feedback="notes"`, thresholded exactly as `generate` does. No
+    gradient flows through them (`keras.ops.stop_gradient`): what is fed
+    back is an input, as in `generate`. `keras.ops` only, so it runs in a
+    model's `call` on every backend.
+
+    Args:
+        logits: `(B, T, notes)`, a tensor or an array.
+        feedback: `"logits"` (default, the paper's protocol) or
+            `"notes"`, see `generate`.
+        threshold: probability above which a note is on
+            (`feedback="notes"`).
+
+    Returns:
+        `(B, T, notes)` float32 previous notes, a tensor of the backend.
+
+    Example:
+
+    >>> import numpy as np
+    >>> logits = np.array([[[2.0, -1.0], [-3.0, 0.5]]], "float32")
+    >>> np.asarray(feedback_inputs(logits, "notes")).tolist()
+    [[[0.0, 0.0], [1.0, 0.0]]]
+    """
+    _check_feedback(feedback, threshold)
+    ops = keras.ops
+    logits = ops.cast(ops.stop_gradient(logits), "float32")
+    if len(logits.shape) != 3:
+        raise ValueError(
+            "`logits` must have shape (batch, frames, notes). Received: "
+            f"logits.shape={tuple(logits.shape)}"
+        )
+    if feedback == "notes":
+        cut = _float32_cut(np.log(threshold / (1 - threshold)))
+        logits = ops.cast(ops.greater(logits, cut), "float32")
+    start = ops.zeros_like(logits[:, :1])
+    return ops.concatenate([start, logits[:, :-1]], axis=1)
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class FeedbackTraining(keras.Model):
+    """Trains a `music_generator` the way `generate` decodes it: on its
+    own fed-back outputs, not only on the true previous notes.
+
+    A generator trained with teacher forcing alone sees the true previous
+    notes at every frame, and learns mostly to carry them on (at 31
+    frames per second, 99% of a frame's notes are the previous frame's);
+    decoding from its own outputs, it has none of them. This model runs
+    the generator's decoder `passes` times (Mihaylova and Martins' two-pass
+    scheduled sampling for transformers, unrolled):
+
+    1. on the given `previous_notes` (teacher forcing's `shift_right` of
+       the labels; zeros to start from the start token alone);
+    2. then each pass on the last one's outputs as `generate(feedback=...)`
+       feeds them back (`feedback_inputs`: the logits, or the notes above
+       `threshold`, shifted right one frame; no gradient through them).
+       While training, each frame of those inputs is the given
+       `previous_notes`' frame instead with probability `teacher_rate`.
+
+    It returns the last pass's logits, which the loss compares with the
+    labels. The encoder runs once per call; the passes share it and every
+    weight (those of `generator`, which stays a plain generator for
+    `generate`, saving and export). The decoder is causal, so pass `k`
+    computes frames `0 .. k-1` exactly as greedy decoding does (the frame
+    `k - 1` from decoded frames only): at inference with
+    `teacher_rate=0`, `passes = target_frames` gives `generate`'s logits
+    (`cache=False`) whatever the given previous notes past frame 0.
+    Each pass costs about one decoder run.
+
+    `source_notes=True` adds a transcription of the source frames from the
+    encoder's output (a `Dense` over its stacked channels, a layer of this
+    model, not of the generator): the outputs become a dict, `"notes"`
+    (the last pass's logits) and `"source_notes"` `(B, source_frames,
+    notes)` logits, to be trained on the source frames' labels. Without
+    it, the encoder learns only what reaches the decoder through the
+    cross-attention, and at a small budget learns little: the generator
+    then decodes its first frame barely better than each note's frequency.
+
+    Inputs: `[source, previous_notes]`, the generator's (a list), or a dict
+    by its input names (`"spectra"` or `"waveform"`, `"previous_notes"`).
+
+    Args:
+        generator: a `music_generator` model (also one loaded from a
+            `.keras` file).
+        passes: decoder passes, 1 (teacher forcing alone) to the
+            generator's `target_frames`. Default 2.
+        feedback: `"logits"` (default, the paper's protocol) or `"notes"`:
+            what is fed back, as `generate`'s `feedback`.
+        teacher_rate: while training, the probability in `[0, 1)` that a
+            frame of a later pass's previous notes is the given one (the
+            true previous notes) rather than fed back. Default 0.
+        threshold: probability above which a note is on
+            (`feedback="notes"`).
+        source_notes: also output the source frames' transcription (see
+            above). Default False.
+        seed: the seed of the `teacher_rate` draws (an int, or None).
+        **kwargs: base `keras.Model` arguments (`name`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from cvattn_keras.models import music_generator
+    >>> generator = music_generator(
+    ...     source_frames=4, target_frames=3, bins=8, notes=2, embed_dim=4,
+    ...     num_heads=1, num_layers=1, head_dim=4, frontend_filters=(2,),
+    ...     frontend_kernel_sizes=(3,))
+    >>> model = FeedbackTraining(generator, passes=2)
+    >>> labels = np.zeros((5, 3, 2), "float32")
+    >>> logits = model([np.ones((5, 4, 16), "float32"), shift_right(labels)])
+    >>> tuple(logits.shape)
+    (5, 3, 2)
+
+    Compiled with a loss on logits (`BinaryCrossentropy(from_logits=True)`)
+    and fitted on `[source, shift_right(labels)]` and `labels`, it trains
+    `generator`, which `generate` then decodes.
+    """
+
+    def __init__(
+        self,
+        generator,
+        passes=2,
+        feedback="logits",
+        teacher_rate=0.0,
+        threshold=0.5,
+        source_notes=False,
+        seed=None,
+        **kwargs,
+    ):
+        if not isinstance(generator, keras.Model) or len(generator.inputs) != 2:
+            raise ValueError(
+                "`generator` must be a `music_generator` model, with inputs "
+                "(source, previous_notes). Received: generator="
+                f"{generator!r}"
+            )
+        decoders = _decoder_layers(generator)
+        target_frames = generator.inputs[1].shape[1]
+        if not check._is_int(passes) or not 1 <= passes <= target_frames:
+            raise ValueError(
+                f"`passes` must be an integer in [1, {target_frames}] (the "
+                f"generator's target_frames). Received: passes={passes!r}"
+            )
+        _check_feedback(feedback, threshold)
+        teacher_rate = check.rate(teacher_rate, "teacher_rate")
+        source_notes = check.boolean(source_notes, "source_notes")
+        seed = check.seed(seed)
+        kwargs.setdefault("name", f"{generator.name}_feedback_training")
+        super().__init__(**kwargs)
+        self.generator = generator
+        self.passes = int(passes)
+        self.feedback = feedback
+        self.teacher_rate = teacher_rate
+        self.threshold = float(threshold)
+        self.source_notes = source_notes
+        self.seed = seed
+        # The encoder: a view of the generator's graph (source -> the
+        # decoders' second input), sharing its layers. The decoder is its
+        # layers by name, called in `decode` (a view from the encoder's
+        # output would add nodes to the generator's graph, which then
+        # fails to serialise).
+        memory = decoders[0].input[1]
+        self.encoder = keras.Model(generator.inputs[0], memory, name="encoder")
+        self.decoders = decoders
+        self.embedding = [
+            generator.get_layer(name)
+            for name in (
+                "notes_as_complex",
+                "note_embedding",
+                "target_positions",
+            )
+        ]
+        self.head = [
+            generator.get_layer(name)
+            for name in _HEAD_LAYERS + ("note_logits",)
+        ]
+        self.source_head = None
+        if source_notes:
+            self.source_head = keras.layers.Dense(
+                generator.outputs[0].shape[-1], name="source_notes"
+            )
+            self.source_head.build(memory.shape)
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.built = True
+
+    def _split(self, inputs):
+        """`(source, previous_notes)` of a list or a dict of inputs."""
+        names = [tensor.name for tensor in self.generator.inputs]
+        if isinstance(inputs, dict) and set(inputs) == set(names):
+            return inputs[names[0]], inputs[names[1]]
+        if isinstance(inputs, (list, tuple)) and len(inputs) == 2:
+            return tuple(inputs)
+        keys = ""
+        if isinstance(inputs, dict):
+            keys = f" with keys {sorted(inputs)}"
+        raise ValueError(
+            f"{type(self).__name__} takes [source, previous_notes], or a "
+            f"dict with the keys {names}. Received: inputs of type "
+            f"{type(inputs).__name__}{keys}"
+        )
+
+    def pass_inputs(self, logits, previous_notes, training=False):
+        """The previous notes of the pass after the one that gave `logits`:
+        `feedback_inputs(logits)`, and while training with `teacher_rate`,
+        each `(example, frame)` of `previous_notes` instead with that
+        probability."""
+        ops = keras.ops
+        fed = feedback_inputs(logits, self.feedback, self.threshold)
+        if not training or self.teacher_rate == 0:
+            return fed
+        shape = ops.shape(fed)
+        teacher = ops.less(
+            keras.random.uniform(
+                (shape[0], shape[1], 1), seed=self.seed_generator
+            ),
+            self.teacher_rate,
+        )
+        return ops.where(teacher, ops.cast(previous_notes, fed.dtype), fed)
+
+    def decode(self, memory, previous_notes, training=None):
+        """The generator's decoder: logits `(B, target_frames, notes)` from
+        the encoder's output `memory` and the previous notes, every frame
+        at once (causal), as the generator computes them."""
+        x = previous_notes
+        for layer in self.embedding:
+            x = layer(x)
+        for decoder in self.decoders:
+            x = decoder(x, memory, training=training)
+        for layer in self.head:
+            # Only the head's dropout takes `training`.
+            x = (
+                layer(x, training=training)
+                if layer is self.head[2]
+                else layer(x)
+            )
+        return x
+
+    def call(self, inputs, training=None):
+        source, previous = self._split(inputs)
+        memory = self.encoder(source, training=training)
+        logits = self.decode(memory, previous, training=training)
+        for _ in range(self.passes - 1):
+            fed = self.pass_inputs(logits, previous, training=training)
+            logits = self.decode(memory, fed, training=training)
+        if self.source_head is None:
+            return logits
+        return {"notes": logits, "source_notes": self.source_head(memory)}
+
+    def get_config(self):
+        return {
+            "generator": keras.saving.serialize_keras_object(self.generator),
+            "passes": self.passes,
+            "feedback": self.feedback,
+            "teacher_rate": self.teacher_rate,
+            "threshold": self.threshold,
+            "source_notes": self.source_notes,
+            "seed": self.seed,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        generator = keras.saving.deserialize_keras_object(
+            config.pop("generator")
+        )
+        return cls(generator, **config)
