@@ -17,6 +17,11 @@ unseen [pi/8, pi/4) (unseen modulo every constellation's symmetry).
   Dense layers and `keras.layers.MultiHeadAttention`, sqrt(2) times as wide
   (a complex weight holds two reals): about the same parameter count.
 
+A demonstration of phase invariance, not a benchmark: the test is built
+so that a model which has seen one range of phases fails on another.
+The radio field trains on every phase and reads accuracy against SNR:
+`examples/radio.py` does that (docs/radio.md).
+
 Run:  python examples/modulation.py [--epochs 20] [--smoke]
 """
 
