@@ -32,7 +32,7 @@ take the waveform (their first layer the STFT, frozen). Two tasks
 
 Held-out timbres (`--data scores`, transcription): training and the usual
 test set play each part with a program of `TRAIN_PROGRAMS` (`--programs`;
-score_music's timbre augmentation at `--timbre-augmentation`, default 1),
+score_music's timbre augmentation at `--timbre-augmentation`, default 0.5),
 and the test works are played again by `HELD_OUT_PROGRAMS`
 (`--held-out-programs`: electric piano, marimba, accordion, guitars, voice,
 horn, oboe, bassoon, flute, absent from training) and, with
@@ -649,7 +649,8 @@ def held_out_caption(args, held_out):
         name = os.path.basename(args.held_out_soundfont)
         text += f"; held-out SoundFont: {name} (the training programs)"
     strength = args.timbre_augmentation
-    strength = 1.0 if strength is None else strength
+    if strength is None:
+        strength = cvk.datasets.scores.DEFAULT_TIMBRE_AUGMENTATION
     return (
         text + f"; timbre augmentation {strength:g} (training and the test "
         f"works), {args.held_out_augmentation:g} (the held-out sets). The "
@@ -1515,7 +1516,8 @@ def main(argv=None):
         type=float,
         default=None,
         help="--data scores: score_music's timbre_augmentation, 0 to 1 "
-        "(default: its default, 1)",
+        "(default: its default, "
+        f"{cvk.datasets.scores.DEFAULT_TIMBRE_AUGMENTATION:g})",
     )
     parser.add_argument(
         "--soundfonts",

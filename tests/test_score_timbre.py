@@ -107,7 +107,7 @@ def sine_sf2(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def default(cache):
-    """The test split with the defaults (38 programs, augmentation 1)."""
+    """The test split with the defaults (38 programs, augmentation 0.5)."""
     return datasets.score_music("test", cache_dir=cache, **SMALL)
 
 
@@ -203,7 +203,7 @@ def test_deterministic_and_keyed_by_the_timbre(
     before = _renders(cache)
     # Equal to the defaults: no new render.
     for kwargs in (
-        {"timbre_augmentation": True},
+        {"timbre_augmentation": 0.5},
         {"programs": sorted(scores.PROGRAMS, reverse=True)},
         {"soundfonts": [scores.default_soundfont()]},
     ):
@@ -212,7 +212,7 @@ def test_deterministic_and_keyed_by_the_timbre(
         assert _renders(cache) == before, kwargs
     # Each different: a new file, other audio, the same labels.
     for kwargs in (
-        {"timbre_augmentation": 0.5},
+        {"timbre_augmentation": True},
         {"programs": OLD_PROGRAMS},
         {"soundfonts": [scores.default_soundfont(), sine_sf2]},
     ):
