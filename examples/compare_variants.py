@@ -191,8 +191,12 @@ METRICS = (
     ("frame_accuracy", "frame acc."),
     ("note_f1", "note F1"),
 )
-# The generation table's extra column: the AP of teacher forcing.
-GENERATION_METRICS = (("ap_teacher_forced", "AP (teacher forced)"),)
+# The generation table's extra columns: the AP of generating with the
+# thresholded notes fed back, and of teacher forcing.
+GENERATION_METRICS = (
+    ("ap_notes_fed_back", "AP (notes fed back)"),
+    ("ap_teacher_forced", "AP (teacher forced)"),
+)
 # Held-out timbres (issue 33): the test works are rendered again with
 # General MIDI programs absent from training, one or two of each family
 # (electric piano, marimba, accordion, nylon and steel guitars, voice
@@ -418,41 +422,102 @@ def run_transcription(build, windows, args, seed, frame_rate):
     return scores, time.perf_counter() - start, trainable(model)
 
 
+# How `--data scores` trains its generators (`--generation-training`):
+# "teacher", teacher forcing (with `--source-weight 0` the paper's
+# training, and this example's before issue 33); "logits" or "notes",
+# `models.FeedbackTraining` feeding back that, as `generate` does. Teacher
+# forcing alone learns to carry the true previous frame on and barely reads
+# the audio (its first generated frame scores about each note's
+# frequency), so that generating from its own outputs scores below that
+# frequency; see `generation_trainer`.
+GENERATION_TRAININGS = ("teacher", "logits", "notes")
+GENERATION = dict(
+    generation_training="logits",
+    generation_passes=2,
+    source_weight=3.0,
+    teacher_rate=0.0,
+)
+
+
+def generation_trainer(model, args, seed):
+    """The model that `run_generation` fits, compiled: the generator
+    itself (`--generation-training teacher --source-weight 0`, the paper's
+    training), else `models.FeedbackTraining` around it: with
+    `--generation-passes` decoder passes, the later ones on the last one's
+    fed-back logits or notes (`--generation-training`), `--teacher-rate`
+    (one pass, teacher forcing, with `teacher`), and with `--source-weight`
+    > 0 the source frames' transcription as a second loss of that
+    weight."""
+    loss = keras.losses.BinaryCrossentropy(from_logits=True)
+    weights = None
+    trainer = model
+    feeds_back = args.generation_training != "teacher"
+    if feeds_back or args.source_weight > 0:
+        trainer = cvk.models.FeedbackTraining(
+            model,
+            passes=args.generation_passes if feeds_back else 1,
+            feedback=args.generation_training if feeds_back else "logits",
+            teacher_rate=args.teacher_rate,
+            source_notes=args.source_weight > 0,
+            seed=seed,
+        )
+        if args.source_weight > 0:
+            loss = {"notes": loss, "source_notes": loss}
+            weights = {"notes": 1.0, "source_notes": args.source_weight}
+    trainer.compile(
+        keras.optimizers.Adam(args.learning_rate),
+        loss,
+        loss_weights=weights,
+        # --smoke: eagerly (see _compile).
+        run_eagerly=args.smoke,
+    )
+    return trainer
+
+
 def run_generation(build, windows, args, seed, frame_rate, transform):
-    """Trains one generator with teacher forcing on the windows' source
-    and target frames; returns the scores of `generate(...,
-    feedback="logits")` on the test windows' target frames, and the AP of
-    the teacher-forced logits (the true previous frames fed in: what the
-    training optimises; the gap to the generated AP is the cost of
-    feeding back the model's own outputs)."""
+    """Trains one generator on the windows' source and target frames as
+    `--generation-training` says (`generation_trainer`); returns the
+    scores of `generate(..., feedback="logits")` (the paper's protocol) on
+    the test windows' target frames, the AP of `generate(...,
+    feedback="notes")`, and the AP of the teacher-forced logits (the true
+    previous frames fed in: what teacher forcing optimises; the gap to the
+    generated AP is the cost of feeding back the model's own outputs)."""
     source, _ = generation_split(args.frames)
     samples = cvk.models.waveform_length(transform, source)
     (x, y), (x_test, y_test) = windows["train"], windows["test"]
     keras.utils.set_random_seed(seed)
     model = build()
-    _compile(model, args)
+    trainer = generation_trainer(model, args, seed)
     start = time.perf_counter()
     target = y[:, source:]
-    model.fit(
+    labels = target
+    if args.source_weight > 0:
+        labels = {"notes": target, "source_notes": y[:, :source]}
+    trainer.fit(
         {
             "waveform": x[:, :samples],
             "previous_notes": cvk.models.shift_right(target),
         },
-        target,
+        labels,
         epochs=args.epochs,
         batch_size=args.batch_size,
         verbose=0,
     )
-    # Uncompiled: one call per model, where XLA's compilation would cost
-    # more than it saves.
-    _, logits = cvk.models.generate(
-        model, x_test[:, :samples], feedback="logits", jit_compile=False
-    )
+    generated = {}
+    for feedback in cvk.models.FEEDBACKS:
+        # Uncompiled: one call per model, where XLA's compilation would
+        # cost more than it saves.
+        generated[feedback] = cvk.models.generate(
+            model, x_test[:, :samples], feedback=feedback, jit_compile=False
+        )[1]
     scores = cvk.metrics.transcription_scores(
         y_test[:, source:],
-        sigmoid(logits),
+        sigmoid(generated["logits"]),
         frame_rate,
         lowest_note=SCORES["lowest_note"],
+    )
+    scores["ap_notes_fed_back"] = cvk.metrics.average_precision(
+        y_test[:, source:], sigmoid(generated["notes"])
     )
     forced = predict(
         model,
@@ -555,9 +620,43 @@ def score_command(args):
         words += ["--held-out-soundfont", args.held_out_soundfont]
     if args.held_out_augmentation:
         words += ["--held-out-augmentation", f"{args.held_out_augmentation:g}"]
+    if args.task != "transcription" and not getattr(args, "streaming", False):
+        words += [
+            "--generation-training",
+            args.generation_training,
+            "--generation-passes",
+            str(args.generation_passes),
+            "--source-weight",
+            f"{args.source_weight:g}",
+            "--teacher-rate",
+            f"{args.teacher_rate:g}",
+        ]
     if getattr(args, "streaming", False):
         words += ["--streaming", "--windows", *map(str, args.windows)]
     return shlex.join(words)
+
+
+def generation_training_words(args):
+    """How the generators were trained, in words (the table's caption)."""
+    if args.generation_training == "teacher":
+        words = "trained with teacher forcing (on the 0/1 previous notes)"
+    else:
+        words = (
+            f"trained with `models.FeedbackTraining`: "
+            f"{args.generation_passes} decoder passes, the first on the true "
+            "previous notes, each later one on the last one's fed-back "
+            f"{args.generation_training}"
+        )
+    if args.teacher_rate and args.generation_training != "teacher":
+        words += (
+            f" (each frame the true one with probability {args.teacher_rate:g})"
+        )
+    if args.source_weight > 0:
+        words += (
+            ", and a transcription of the source frames from the encoder's "
+            f"output as a second loss of weight {args.source_weight:g}"
+        )
+    return words
 
 
 def score_table(task, rows, args, counts, chance):
@@ -568,10 +667,9 @@ def score_table(task, rows, args, counts, chance):
         "transcription of every frame"
         if task == "transcription"
         else f"generation of the last {target} frames from the first "
-        f"{source}, trained with teacher forcing on the 0/1 previous notes "
-        f'and generated feeding back the logits (`generate(feedback="logits")`'
-        ", the paper's protocol: part of the gap to the teacher-forced AP is "
-        "this mismatch)"
+        f"{source}, {generation_training_words(args)}, generated feeding "
+        'back the logits (`generate(feedback="logits")`, the paper\'s '
+        'protocol; "notes fed back": `feedback="notes"`)'
     )
     caption = (
         f"Held-out scores on `score_music`'s test works, {what}: "
@@ -734,7 +832,32 @@ def check_score_args(parser, args):
             f"--frames {args.frames} is more than a clip's {clip_frames} "
             f"frames ({args.clip_seconds:g} s)"
         )
+    check_generation_args(parser, args)
     return transform
+
+
+def check_generation_args(parser, args):
+    """Fills in the defaults of the generators' training (`GENERATION`)
+    and checks them."""
+    for name, value in GENERATION.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    _, target = generation_split(args.frames)
+    if not 1 <= args.generation_passes <= target:
+        parser.error(
+            f"--generation-passes must be from 1 to the {target} generated "
+            f"frames. Received: --generation-passes {args.generation_passes}"
+        )
+    if not (math.isfinite(args.source_weight) and args.source_weight >= 0):
+        parser.error(
+            "--source-weight must be a finite number >= 0. Received: "
+            f"--source-weight {args.source_weight:g}"
+        )
+    if not 0 <= args.teacher_rate < 1:
+        parser.error(
+            "--teacher-rate must be in [0, 1). Received: --teacher-rate "
+            f"{args.teacher_rate:g}"
+        )
 
 
 def check_timbre_args(parser, args):
@@ -1407,6 +1530,10 @@ SCORE_ONLY = (
     "soundfonts",
     "held_out_soundfont",
     "held_out_augmentation",
+    "generation_training",
+    "generation_passes",
+    "source_weight",
+    "teacher_rate",
 )
 
 
@@ -1539,6 +1666,37 @@ def main(argv=None):
         default=None,
         help="--data scores: the timbre augmentation of the held-out "
         "renders (default 0: plain, the same sets whatever the training)",
+    )
+    parser.add_argument(
+        "--generation-training",
+        choices=GENERATION_TRAININGS,
+        default=None,
+        help="--data scores: how the generators are trained: 'teacher' "
+        "(teacher forcing alone, the paper's), 'logits' or 'notes' "
+        "(models.FeedbackTraining, feeding back that; default "
+        f"{GENERATION['generation_training']})",
+    )
+    parser.add_argument(
+        "--generation-passes",
+        type=int,
+        default=None,
+        help="--data scores: FeedbackTraining's decoder passes (default "
+        f"{GENERATION['generation_passes']})",
+    )
+    parser.add_argument(
+        "--source-weight",
+        type=float,
+        default=None,
+        help="--data scores: the weight of the source frames' "
+        "transcription loss in FeedbackTraining (0: none; default "
+        f"{GENERATION['source_weight']:g})",
+    )
+    parser.add_argument(
+        "--teacher-rate",
+        type=float,
+        default=None,
+        help="--data scores: FeedbackTraining's teacher_rate (default "
+        f"{GENERATION['teacher_rate']:g})",
     )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)

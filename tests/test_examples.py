@@ -265,14 +265,16 @@ def test_compare_variants_on_scores_smoke(tmp_path, monkeypatch):
         ]
         for line in table:
             cells = re.findall(r"(\d+\.\d+) \+- (\d+\.\d+)", line)
-            # generation: and the AP of teacher forcing; transcription: the
-            # AP on the held-out programs and its gap (issue 33)
-            extra = 1 if task == "generation" else 2
+            # generation: and the AP with the notes fed back and of teacher
+            # forcing; transcription: the AP on the held-out programs and
+            # its gap (issue 33)
+            extra = 2
             assert len(cells) == len(_SCORE_METRICS) + extra
             assert all(0 <= float(v) <= 1 for cell in cells for v in cell)
     text = (out / "generation.md").read_text()
     assert "no real-valued generator" in text
-    assert "| AP (teacher forced) |" in text
+    assert "| AP (notes fed back) | AP (teacher forced) |" in text
+    assert "--generation-training logits --generation-passes 2" in text
     text = (out / "transcription.md").read_text()
     assert "| AP (held-out programs) | gap (held-out programs) |" in text
     assert "Ranking by AP on the held-out programs: " in text
@@ -287,7 +289,8 @@ def test_compare_variants_on_scores_smoke(tmp_path, monkeypatch):
         assert run["held_out_programs_gap"] == (
             run["ap"] - run["held_out_programs_ap"]
         )
-    assert 0 <= record["generation"][0]["ap_teacher_forced"] <= 1
+    for key in ("ap_teacher_forced", "ap_notes_fed_back"):
+        assert 0 <= record["generation"][0][key] <= 1
 
 
 def test_compare_variants_windows_follow_score_labels(tmp_path):
@@ -411,6 +414,26 @@ def test_compare_variants_rejects_bad_input(capsys):
         (
             ["--data", "scores", "--timbre-augmentation", "2"],
             "--timbre-augmentation must be from 0 to 1",
+        ),
+        (
+            ["--data", "scores", "--generation-passes", "22"],
+            "--generation-passes must be from 1 to the 21 generated frames",
+        ),
+        (
+            ["--data", "scores", "--teacher-rate", "1"],
+            "--teacher-rate must be in [0, 1). Received: --teacher-rate 1",
+        ),
+        (
+            ["--data", "scores", "--source-weight", "-1"],
+            "--source-weight must be a finite number >= 0",
+        ),
+        (
+            ["--data", "scores", "--generation-training", "sampled"],
+            "invalid choice: 'sampled'",
+        ),
+        (
+            ["--generation-passes", "2"],
+            "--generation-passes applies to --data scores only",
         ),
     ):
         with pytest.raises(SystemExit):
