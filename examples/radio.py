@@ -218,7 +218,7 @@ def train(model, x, y, validation, args, seed):
         epochs=args.epochs,
         batch_size=args.batch_size,
         validation_data=validation,
-        verbose=2 if not args.quiet else 0,
+        verbose=2,
         shuffle=True,
     )
     return time.perf_counter() - start
@@ -525,7 +525,6 @@ def parse(argv):
     )
     parser.add_argument("--data-seed", type=int, default=0)
     parser.add_argument("--out", default=os.path.join("examples", "output"))
-    parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -559,7 +558,6 @@ def parse(argv):
         args.seeds, args.epochs = 1, 1
         args.train_per_cell, args.test_per_cell = 2, 2
         args.stream_tokens, args.streams_per_class = 32, 1
-        args.quiet = True
     return args
 
 
