@@ -274,7 +274,10 @@ def test_compare_variants_on_scores_smoke(tmp_path, monkeypatch):
     text = (out / "generation.md").read_text()
     assert "no real-valued generator" in text
     assert "| AP (notes fed back) | AP (teacher forced) |" in text
-    assert "--generation-training logits --generation-passes 2" in text
+    assert (
+        "--generation-training logits --generation-passes 2 --teacher-rate 0 "
+        "--source-weight 3"
+    ) in text
     text = (out / "transcription.md").read_text()
     assert "| AP (held-out programs) | gap (held-out programs) |" in text
     assert "Ranking by AP on the held-out programs: " in text
@@ -434,6 +437,11 @@ def test_compare_variants_rejects_bad_input(capsys):
         (
             ["--generation-passes", "2"],
             "--generation-passes applies to --data scores only",
+        ),
+        (
+            ["--data", "scores", "--generation-training", "teacher"]
+            + ["--generation-passes", "2"],
+            "--generation-passes applies to --generation-training logits",
         ),
     ):
         with pytest.raises(SystemExit):
