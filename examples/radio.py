@@ -178,12 +178,8 @@ def cnn_model(samples, classes, filters=32, hidden=64, dropout=0.5):
 def inputs_of(name, frames):
     """What model `name` reads of a `RadioFrames`, each frame scaled to
     unit mean power: tokens `(N, T, 2 TOKEN)` or samples `(N, L, 2)`."""
-    if name == "cnn":
-        x = frames.stacked()
-        power = np.mean(np.sum(x**2, axis=-1), axis=1)
-        return x / np.sqrt(np.maximum(power, 1e-12))[:, None, None]
-    x = frames.tokens(TOKEN)
-    power = np.mean(np.sum(x**2, axis=-1), axis=1) / TOKEN
+    x = frames.stacked() if name == "cnn" else frames.tokens(TOKEN)
+    power = np.mean(np.abs(frames.iq) ** 2, axis=1)
     return x / np.sqrt(np.maximum(power, 1e-12))[:, None, None]
 
 
@@ -362,12 +358,10 @@ def live_stream(per_token, model, args, class_names):
         seed=args.data_seed + 7,
     )
     order = np.argsort(frames.labels, kind="stable")
-    tokens = frames.tokens(TOKEN)[order]
-    labels = frames.labels[order]
     # A slow AGC: one gain per stream (its mean power over the stream),
     # where training scaled each 128-sample frame alone.
-    power = np.mean(np.sum(tokens**2, axis=-1), axis=1) / TOKEN
-    tokens = tokens / np.sqrt(power)[:, None, None]
+    tokens = inputs_of("complex", frames)[order]
+    labels = frames.labels[order]
     stream = cvk.streaming.to_streaming(per_token)
     chunks = tokens[:, :, None, :]  # (streams, steps, 1, 2 TOKEN)
     want, _ = cvk.streaming.run_stream(stream, chunks[:2])
