@@ -4,8 +4,8 @@ under one training budget, over several seeds.
 Trains `music_classifier` with each of the 8 softmax x product variants and
 `real_music_classifier` (real attention of comparable size) on the same
 `synthetic_music` data, each for the same number of epochs, for each seed;
-writes a markdown table of held-out micro-averaged AP (mean +- std over
-seeds) and training time.
+writes a markdown table of held-out micro-averaged AP (mean +- sample std
+over seeds) and training time.
 
 `--data scores` runs it on real music: `datasets.score_music` (music21
 scores played by a SoundFont; the `music` extra), trained on its train
@@ -21,11 +21,12 @@ take the waveform (their first layer the STFT, frozen). Two tasks
   `metrics.transcription_scores` (AP, frame precision / recall /
   accuracy, onset note F1 at threshold 0.5);
 - generation, the paper's protocol: `music_generator` with every complex
-  variant (the library has no real-valued generator, so no real baseline
-  here) reads the first 43/64 of a window's frames and decodes the notes
-  of the rest; it is evaluated by `models.generate(..., feedback="logits")`
-  on the test windows, the generated frames scored as above. The table
-  adds the AP with `feedback="notes"` and of teacher forcing. It is
+  variant, and the real baseline `real_generator` (this example's: the
+  library has no real-valued generator), reads the first 43/64 of a
+  window's frames and decodes the notes of the rest; it is evaluated by
+  `models.generate(..., feedback="logits")` on the test windows, the
+  generated frames scored as above. The table adds the AP with
+  `feedback="notes"` and of teacher forcing. It is
   trained the way it is evaluated (`--generation-training logits`,
   default): `models.FeedbackTraining` runs the decoder twice
   (`--generation-passes 2`), on the true previous notes
@@ -74,8 +75,10 @@ called with `use_causal_mask=True`, the band t - W < s <= t of
 rewritten after each seed (all models seed by seed), so that a run stopped
 early leaves the seeds done, labelled partial.
 
-It writes a markdown table per task (mean +- std over seeds) and a JSON of
-every run's numbers under `--output` (a folder). Measured on a shared
+It writes a markdown table per task (mean +- sample std over seeds, and
+the paired differences against the real baseline with their 95% t
+intervals) and a JSON of every run's numbers under `--output` (a
+folder). Measured on a shared
 2-core CPU (other jobs running): a transcription run of one variant, 8
 epochs, 39 s (held-out AP 0.47; the label density is 0.057), a generation
 run 55 s; the default run (9 x 3 transcription and 8 x 3 generation
@@ -237,9 +240,15 @@ NOT_COMPARABLE = (
     "work) and the note range (MIDI {low} to {high}) differ from "
     "MusicNet's."
 )
-NO_REAL_GENERATOR = (
-    "The library has no real-valued generator (`real_music_classifier` has "
-    "no encoder-decoder counterpart), so this table has no real baseline."
+# The real-valued model's row, which the paired differences are taken
+# against.
+REAL_BASELINE = "real baseline"
+REAL_GENERATOR = (
+    "The real baseline is this example's `real_generator` (the library has "
+    "no real-valued generator): `real_music_classifier`'s encoder and a "
+    "decoder of real layers (`RealTransformerDecoder`), sqrt(2) times as "
+    "wide as the complex model, trained the same way; it decodes without "
+    "`generate`'s cache."
 )
 
 
@@ -515,11 +524,19 @@ def run_generation(build, windows, args, seed, frame_rate, transform):
         verbose=0,
     )
     generated = {}
+    # The real generator decodes without the cache (whole-model calls).
+    cache = isinstance(
+        model.get_layer("decoder_0"), cvk.layers.ComplexTransformerDecoder
+    )
     for feedback in cvk.models.FEEDBACKS:
         # Uncompiled: one call per model, where XLA's compilation would
         # cost more than it saves.
         generated[feedback] = cvk.models.generate(
-            model, x_test[:, :samples], feedback=feedback, jit_compile=False
+            model,
+            x_test[:, :samples],
+            feedback=feedback,
+            cache=cache,
+            jit_compile=False,
         )[1]
     scores = cvk.metrics.transcription_scores(
         y_test[:, source:],
@@ -566,7 +583,7 @@ def score_models(variants, size, args, transform):
             )
         runs.append(
             (
-                "real baseline",
+                REAL_BASELINE,
                 lambda: cvk.models.real_music_classifier(
                     frames=args.frames,
                     notes=notes,
@@ -591,6 +608,17 @@ def score_models(variants, size, args, transform):
                 ),
             )
             for softmax, product in variants
+        ] + [
+            (
+                REAL_BASELINE,
+                lambda: real_generator(
+                    source,
+                    target,
+                    notes,
+                    transform.get_config(),
+                    **real_size(size),
+                ),
+            )
         ]
     return models
 
@@ -688,7 +716,7 @@ def score_table(task, rows, args, counts, chance):
         f"{args.test_minutes:g} minutes at {SCORES['sample_rate']} Hz, "
         f"MIDI {low} to {low + SCORES['notes'] - 1}), {args.epochs} "
         f"epoch{'s' * (args.epochs != 1)}, "
-        f"mean +- std over {args.seeds} seed(s); note F1 is onset-only, "
+        f"mean +- sample std over {args.seeds} seed(s); note F1 is onset-only, "
         f"threshold 0.5. A constant predictor's AP is the label density, "
         f"{chance[0]:.3f}; each note's frequency in the training windows "
         f"as its probability scores {chance[1]:.3f}. "
@@ -696,7 +724,7 @@ def score_table(task, rows, args, counts, chance):
     )
     lines = [caption, ""]
     if task == "generation":
-        lines += [NO_REAL_GENERATOR, ""]
+        lines += [REAL_GENERATOR, ""]
     metrics = METRICS + (GENERATION_METRICS if task == "generation" else ())
     held_out = [
         (name, what)
@@ -723,12 +751,7 @@ def score_table(task, rows, args, counts, chance):
         "| --- |" + " --- |" * (len(metrics) + 2),
     ]
     for label, runs in rows:
-        cells = [
-            "{:.3f} +- {:.3f}".format(
-                np.mean([r[key] for r in runs]), np.std([r[key] for r in runs])
-            )
-            for key, _ in metrics
-        ]
+        cells = [mean_std([r[key] for r in runs]) for key, _ in metrics]
         seconds = np.mean([r["seconds"] for r in runs])
         lines.append(
             f"| {label} | " + " | ".join(cells) + f" | "
@@ -736,7 +759,57 @@ def score_table(task, rows, args, counts, chance):
         )
     if held_out:
         lines += ["", ranking(rows, [("ap", "test works")] + held_out)]
+    differences = paired_lines(task, rows, held_out, chance[1])
+    if differences:
+        lines += ["", *differences]
     return "\n".join(lines)
+
+
+def mean_std(values):
+    """`"mean +- std"` of the values over the seeds, the sample std
+    (ddof=1); the mean alone for one seed."""
+    if len(values) < 2:
+        return f"{np.mean(values):.3f}"
+    return f"{np.mean(values):.3f} +- {np.std(values, ddof=1):.3f}"
+
+
+def paired_lines(task, rows, held_out, frequency_ap):
+    """The paired per-seed differences, each with its 95% t interval:
+    every variant against the real baseline (on the test works and every
+    held-out set), and for generation every generator against each note's
+    frequency (a constant, so the interval is the AP's own)."""
+    by_label = dict(rows)
+    reference = by_label.get(REAL_BASELINE)
+    lines = []
+    keys = [("ap", "test works")] + [
+        (f"{name}_ap", what) for name, what in held_out
+    ]
+    for label, runs in rows:
+        if reference is None or label == REAL_BASELINE or len(runs) < 2:
+            continue
+        if len(runs) != len(reference):
+            continue
+        cells = [
+            f"{what} {_interval(*paired(runs, reference, key))}"
+            for key, what in keys
+        ]
+        lines.append(
+            f"Paired AP difference {label} minus the {REAL_BASELINE} (mean "
+            f"over {len(runs)} seeds [95% t interval]): "
+            + "; ".join(cells)
+            + "."
+        )
+    if task == "generation":
+        for label, runs in rows:
+            if len(runs) < 2:
+                continue
+            constant = [dict(ap=frequency_ap) for _ in runs]
+            lines.append(
+                f"AP of {label} minus each note's frequency "
+                f"({frequency_ap:.3f}), over {len(runs)} seeds [95% t "
+                f"interval]: {_interval(*paired(runs, constant, 'ap'))}."
+            )
+    return lines
 
 
 def held_out_caption(args, held_out):
@@ -1021,8 +1094,6 @@ def run_scores(args, parser):
         with open(os.path.join(args.output, f"{task}.md"), "w") as f:
             f.write(tables[task] + "\n")
         print("\n" + tables[task], flush=True)
-    if "generation" in results:
-        print("\n" + NO_REAL_GENERATOR)
     record = dict(
         command=score_command(args),
         settings=dict(
@@ -1207,6 +1278,151 @@ def real_classifier(
     return keras.Model(waveform, logits, name="real_music_classifier")
 
 
+@keras.saving.register_keras_serializable(package="compare_variants")
+class RealTransformerDecoder(keras.layers.Layer):
+    """A real-valued transformer decoder layer, the counterpart of
+    `ComplexTransformerDecoder` as `real_music_classifier`'s encoder
+    layers are of the complex encoder's: post-norm causal self-attention,
+    cross-attention to the encoder's output (`keras.layers.
+    MultiHeadAttention`, `num_heads` heads of `width / num_heads`), and a
+    feed-forward network (Dense, LeakyReLU 0.01, dropout, Dense), each
+    added back and normalised (`keras.layers.LayerNormalization`). Called
+    as `decoder(x, memory)`: `(B, T, width)`, `(B, S, memory width)` ->
+    `(B, T, width)`."""
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim=None,
+        attention_dropout=0.1,
+        dropout=0.1,
+        layer_norm_epsilon=1e-3,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.attention_dropout = attention_dropout
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def build(self, x_shape, memory_shape):
+        layers = keras.layers
+        width = x_shape[-1]
+        inner = self.intermediate_dim or width
+        key_dim = width // self.num_heads
+        self.self_attention = layers.MultiHeadAttention(
+            self.num_heads,
+            key_dim,
+            dropout=self.attention_dropout,
+            name="self_attention",
+        )
+        self.self_attention.build(x_shape, x_shape)
+        self.cross_attention = layers.MultiHeadAttention(
+            self.num_heads,
+            key_dim,
+            dropout=self.attention_dropout,
+            name="cross_attention",
+        )
+        self.cross_attention.build(x_shape, memory_shape)
+        self.norms = []
+        for i in range(3):
+            norm = layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, name=f"norm_{i + 1}"
+            )
+            norm.build(x_shape)
+            self.norms.append(norm)
+        self.feedforward_in = layers.Dense(inner, name="feedforward_in")
+        self.feedforward_in.build(x_shape)
+        self.feedforward_out = layers.Dense(width, name="feedforward_out")
+        self.feedforward_out.build(tuple(x_shape[:-1]) + (inner,))
+        self.feedforward_dropout = layers.Dropout(self.dropout)
+
+    def call(self, x, memory, training=None):
+        h = self.self_attention(x, x, use_causal_mask=True, training=training)
+        x = self.norms[0](x + h)
+        h = self.cross_attention(x, memory, training=training)
+        x = self.norms[1](x + h)
+        h = keras.ops.leaky_relu(self.feedforward_in(x), 0.01)
+        h = self.feedforward_dropout(h, training=training)
+        return self.norms[2](x + self.feedforward_out(h))
+
+    def compute_output_shape(self, x_shape, memory_shape):
+        return x_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "attention_dropout": self.attention_dropout,
+            "dropout": self.dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        }
+
+
+def real_generator(
+    source_frames,
+    target_frames,
+    notes,
+    stft,
+    embed_dim,
+    num_heads,
+    num_layers,
+    head_dim,
+    frontend_filters,
+    frontend_kernel_sizes,
+    dropout=0.1,
+    feedforward_dropout=0.1,
+):
+    """The real baseline of the generation table, `music_generator`'s
+    architecture in real layers (the library has no real generator): the
+    encoder of `models.real_music_classifier` (its front end, embedding,
+    sinusoidal positions and encoder layers, from the waveform), and the
+    decoder: the previous notes embedded by a Dense (`note_embedding`),
+    sinusoidal positions restarting at 0 (`target_positions`),
+    `num_layers` `RealTransformerDecoder`s (`decoder_{i}`) and the
+    classifier's head (`head_dense`, `head_act`, `head_dropout`,
+    `note_logits`): the layer names `models.FeedbackTraining` trains.
+    `generate` decodes it with `cache=False` (its cached decoding steps
+    `ComplexTransformerDecoder`s). Pass the complex size through
+    `real_size`."""
+    layers = keras.layers
+    classifier = cvk.models.real_music_classifier(
+        frames=source_frames,
+        notes=notes,
+        stft=stft,
+        embed_dim=embed_dim,
+        num_heads=num_heads,
+        num_layers=num_layers,
+        head_dim=head_dim,
+        frontend_filters=frontend_filters,
+        frontend_kernel_sizes=frontend_kernel_sizes,
+        dropout=dropout,
+        feedforward_dropout=feedforward_dropout,
+    )
+    # The classifier's graph up to its last encoder layer (its head is left
+    # out of this model).
+    memory = classifier.get_layer(f"encoder_{num_layers - 1}_norm_2").output
+    previous = keras.Input((target_frames, notes), name="previous_notes")
+    x = layers.Dense(embed_dim, name="note_embedding")(previous)
+    x = cvk.layers.SinusoidalPositionalEncoding(name="target_positions")(x)
+    for i in range(num_layers):
+        x = RealTransformerDecoder(
+            num_heads,
+            attention_dropout=dropout,
+            dropout=feedforward_dropout,
+            name=f"decoder_{i}",
+        )(x, memory)
+    x = layers.Dense(head_dim, name="head_dense")(x)
+    x = layers.LeakyReLU(0.01, name="head_act")(x)
+    x = layers.Dropout(dropout, name="head_dropout")(x)
+    logits = layers.Dense(notes, name="note_logits")(x)
+    return keras.Model(
+        [classifier.inputs[0], previous], logits, name="real_music_generator"
+    )
+
+
 def streaming_configs(variants, size, args, transform):
     """The runs of `--streaming`, per model: bidirectional with sinusoidal
     positions (the paper's; the rows of the transcription table), then
@@ -1341,7 +1557,10 @@ def streaming_summary(configs, results):
         for key in ("ap", "note_f1", "ap_streamed"):
             if key in runs[0]:
                 values = [r[key] for r in runs]
-                row[key] = (float(np.mean(values)), float(np.std(values)))
+                row[key] = (
+                    float(np.mean(values)),
+                    float(np.std(values, ddof=min(1, len(values) - 1))),
+                )
         if config["reference"] is not None:
             window, positions = config["reference"]
             reference = found[(config["model"], window, positions)]
@@ -1801,7 +2020,7 @@ def main(argv=None):
             (
                 label,
                 np.mean(scores),
-                np.std(scores),
+                np.std(scores, ddof=min(1, len(scores) - 1)),
                 np.mean(times),
                 model.count_params(),
             )

@@ -3,6 +3,7 @@
 import os
 import runpy
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -251,7 +252,7 @@ def test_compare_variants_on_scores_smoke(tmp_path, monkeypatch):
     assert not (tmp_path / "cache").exists()
     variants = ["real / inner", "abs / bilinear"]
     assert list(results["transcription"]) == variants + ["real baseline"]
-    assert list(results["generation"]) == variants
+    assert list(results["generation"]) == variants + ["real baseline"]
     for task, rows in results.items():
         text = (out / f"{task}.md").read_text()
         assert "These numbers are not comparable to MusicNet's: " in text
@@ -264,15 +265,16 @@ def test_compare_variants_on_scores_smoke(tmp_path, monkeypatch):
             "| " + label for label in rows
         ]
         for line in table:
-            cells = re.findall(r"(\d+\.\d+) \+- (\d+\.\d+)", line)
-            # generation: and the AP with the notes fed back and of teacher
-            # forcing; transcription: the AP on the held-out programs and
-            # its gap (issue 33)
+            # One seed: the means alone (no std). Generation: and the AP
+            # with the notes fed back and of teacher forcing;
+            # transcription: the AP on the held-out programs and its gap
+            # (issue 33).
             extra = 2
-            assert len(cells) == len(_SCORE_METRICS) + extra
-            assert all(0 <= float(v) <= 1 for cell in cells for v in cell)
+            cells = line.split(" | ")[1 : 1 + len(_SCORE_METRICS) + extra]
+            assert all(re.fullmatch(r"-?\d\.\d{3}", c) for c in cells)
+            assert all(0 <= float(c) <= 1 for c in cells if c[0] != "-")
     text = (out / "generation.md").read_text()
-    assert "no real-valued generator" in text
+    assert "`real_generator`" in text
     assert "| AP (notes fed back) | AP (teacher forced) |" in text
     assert (
         "--generation-training logits --generation-passes 2 --teacher-rate 0 "
@@ -282,7 +284,7 @@ def test_compare_variants_on_scores_smoke(tmp_path, monkeypatch):
     assert "| AP (held-out programs) | gap (held-out programs) |" in text
     assert "Ranking by AP on the held-out programs: " in text
     record = json.loads((out / "runs.json").read_text())
-    for task, count in (("transcription", 3), ("generation", 2)):
+    for task, count in (("transcription", 3), ("generation", 3)):
         assert len(record[task]) == count
         for run in record[task]:
             for key in _SCORE_KEYS:
@@ -489,6 +491,144 @@ def test_compare_variants_streaming_smoke(tmp_path, monkeypatch):
     saved = json.loads((out / "runs.json").read_text())["summary"]
     assert [r["attention"] for r in saved] == [r["attention"] for r in rows]
     assert saved[2]["ap_streamed"] == list(rows[2]["ap_streamed"])
+
+
+def _np_attention(layer, query, value, causal):
+    """NumPy float64: `keras.layers.MultiHeadAttention` from its weights
+    (inference, no dropout)."""
+
+    def project(dense, x):
+        kernel, bias = (np.asarray(w, np.float64) for w in dense.get_weights())
+        return np.einsum("btd,dhk->bthk", x, kernel) + bias
+
+    q = project(layer._query_dense, query)
+    k = project(layer._key_dense, value)
+    v = project(layer._value_dense, value)
+    logits = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1])
+    if causal:
+        t, s = np.indices(logits.shape[-2:])
+        logits = np.where(s > t, -np.inf, logits)
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    heads = np.einsum("bhts,bshk->bthk", weights, v)
+    kernel, bias = (
+        np.asarray(w, np.float64) for w in layer._output_dense.get_weights()
+    )
+    return np.einsum("bthk,hkd->btd", heads, kernel) + bias
+
+
+def _np_layer_norm(norm, x):
+    gamma, beta = (np.asarray(w, np.float64) for w in norm.get_weights())
+    mean = x.mean(-1, keepdims=True)
+    variance = x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + norm.epsilon) * gamma + beta
+
+
+def test_compare_variants_real_generator(tmp_path):
+    """The generation table's real baseline: its decoder layer against a
+    NumPy float64 computation from its weights (tolerance: float32
+    rounding of order-1 activations), the generator trained by
+    `models.FeedbackTraining` (its passes decode as `generate` without
+    the cache), refused by `generate`'s cache with a clear error, and
+    saved and loaded with safe_mode."""
+    import keras
+
+    import cvattn_keras as cvk
+
+    module = runpy.run_path(os.path.join(EXAMPLES, "compare_variants.py"))
+    rng = np.random.default_rng(0)
+    decoder = module["RealTransformerDecoder"](
+        2, intermediate_dim=12, name="decoder"
+    )
+    x = rng.standard_normal((3, 5, 8))
+    memory = rng.standard_normal((3, 7, 6))
+    got = keras.ops.convert_to_numpy(
+        decoder(x.astype("float32"), memory.astype("float32"))
+    )
+    h = x + _np_attention(decoder.self_attention, x, x, causal=True)
+    h = _np_layer_norm(decoder.norms[0], h)
+    h = h + _np_attention(decoder.cross_attention, h, memory, causal=False)
+    h = _np_layer_norm(decoder.norms[1], h)
+    kernel_in, bias_in = decoder.feedforward_in.get_weights()
+    kernel_out, bias_out = decoder.feedforward_out.get_weights()
+    inner = h @ kernel_in + bias_in
+    inner = np.where(inner > 0, inner, 0.01 * inner)
+    want = _np_layer_norm(decoder.norms[2], h + inner @ kernel_out + bias_out)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert decoder.compute_output_shape((3, 5, 8), (3, 7, 6)) == (3, 5, 8)
+
+    source, target, notes = 6, 4, 5
+    size = module["real_size"](module["TINY"])
+    generator = module["real_generator"](
+        source,
+        target,
+        notes,
+        module["stft"]().get_config(),
+        dropout=0.0,
+        feedforward_dropout=0.0,
+        **size,
+    )
+    samples = generator.inputs[0].shape[1]
+    waveform = rng.standard_normal((2, samples)).astype("float32")
+    _, decoded = cvk.models.generate(
+        generator, waveform, feedback="logits", cache=False
+    )
+    labels = (rng.random((2, target, notes)) > 0.5).astype("float32")
+    trainer = cvk.models.FeedbackTraining(generator, passes=target)
+    passes = keras.ops.convert_to_numpy(
+        trainer([waveform, cvk.models.shift_right(labels)])
+    )
+    np.testing.assert_allclose(passes, decoded, atol=1e-5)
+    with pytest.raises(ValueError, match="cache=False"):
+        cvk.models.generate(generator, waveform, cache=True)
+
+    path = str(tmp_path / "real_generator.keras")
+    generator.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    inputs = [waveform, cvk.models.shift_right(labels)]
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded(inputs)),
+        keras.ops.convert_to_numpy(generator(inputs)),
+        atol=1e-6,
+    )
+
+
+def test_compare_variants_paired_lines():
+    """The score tables' statistics: the sample std (the mean alone for
+    one seed), and the paired differences against the real baseline and
+    each note's frequency, with 95% t intervals, against NumPy and
+    SciPy."""
+    from scipy import stats
+
+    module = runpy.run_path(os.path.join(EXAMPLES, "compare_variants.py"))
+    assert module["mean_std"]([0.5]) == "0.500"
+    assert module["mean_std"]([0.4, 0.6]) == "0.500 +- 0.141"
+    rng = np.random.default_rng(0)
+    ours = [dict(ap=a, held_out_programs_ap=a - 0.02) for a in rng.random(10)]
+    real = [dict(ap=a, held_out_programs_ap=a) for a in rng.random(10)]
+    rows = [("real / inner", ours), ("real baseline", real)]
+    held_out = [("held_out_programs", "held-out programs")]
+    lines = module["paired_lines"]("generation", rows, held_out, 0.25)
+    d = np.array([r["ap"] for r in ours]) - [r["ap"] for r in real]
+    low, high = stats.t.interval(
+        0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d)
+    )
+    assert lines[0].startswith(
+        "Paired AP difference real / inner minus the real baseline"
+    )
+    assert f"test works {d.mean():+.3f} [{low:+.3f}, {high:+.3f}]" in lines[0]
+    d = d - 0.02
+    assert f"held-out programs {d.mean():+.3f} [" in lines[0]
+    # Against each note's frequency, every row (the baseline's too).
+    assert len(lines) == 3
+    a = np.array([r["ap"] for r in ours]) - 0.25
+    low, high = stats.t.interval(
+        0.95, len(a) - 1, loc=a.mean(), scale=stats.sem(a)
+    )
+    assert f"{a.mean():+.3f} [{low:+.3f}, {high:+.3f}]" in lines[1]
+    # One seed: no interval.
+    one_seed = [("real / inner", ours[:1]), ("real baseline", real[:1])]
+    assert module["paired_lines"]("transcription", one_seed, [], 0.2) == []
 
 
 def test_compare_variants_streaming_models():

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 
 from cvattn_keras import _validation as check
+from cvattn_keras.layers import ComplexTransformerDecoder
 
 __all__ = [
     "FEEDBACKS",
@@ -100,7 +101,10 @@ def generate(
     Raises:
         ValueError: for spectra of another shape than the model's input
             (`B >= 1`), complex spectra, or a bad argument; checked on
-            every call, before a kept compiled loop runs.
+            every call, before a kept compiled loop runs. And for
+            `cache=True` with a generator whose `decoder_{i}` are not
+            `ComplexTransformerDecoder`s (a real-valued one decodes with
+            `cache=False`).
     """
     _check_feedback(feedback, threshold)
     for name, value in (("cache", cache), ("jit_compile", jit_compile)):
@@ -132,6 +136,7 @@ def generate(
     steps = int(steps)
     cut = np.log(threshold / (1 - threshold))
     if cache:
+        _check_cacheable(model)
         decoder = _cached_decoder(model, steps, feedback, cut, jit_compile)
         logits = (
             decoder.predict_on_batch(spectra)
@@ -153,6 +158,20 @@ def generate(
         if t + 1 < target_frames:
             previous[:, t + 1] = step if feedback == "logits" else decoded[:, t]
     return decoded, logits
+
+
+def _check_cacheable(model):
+    """A `ValueError` unless every `decoder_{i}` of `model` is a
+    `ComplexTransformerDecoder` (whose attention caches the cached decoding
+    steps): a real-valued generator decodes with `cache=False`."""
+    for layer in _decoder_layers(model):
+        if not isinstance(layer, ComplexTransformerDecoder):
+            raise ValueError(
+                "`cache=True` decodes `music_generator`'s "
+                "ComplexTransformerDecoder layers; decode this model with "
+                f"`cache=False`. Received: model {model.name!r} whose "
+                f"{layer.name!r} is a {type(layer).__name__}"
+            )
 
 
 def _check_feedback(feedback, threshold):
@@ -461,7 +480,9 @@ class FeedbackTraining(keras.Model):
 
     Args:
         generator: a `music_generator` model (also one loaded from a
-            `.keras` file).
+            `.keras` file), or a real-valued generator with its layer names
+            and inputs (without `notes_as_complex` and `head_notes`; its
+            `decoder_{i}` layers called as `decoder(x, memory)`).
         passes: decoder passes, 1 (teacher forcing alone) to the
             generator's `target_frames`. Default 2.
         feedback: `"logits"` (default, the paper's protocol) or `"notes"`:
@@ -540,6 +561,9 @@ class FeedbackTraining(keras.Model):
         memory = decoders[0].input[1]
         self.encoder = keras.Model(generator.inputs[0], memory, name="encoder")
         self.decoders = decoders
+        # A real generator (no complex parts) has no `notes_as_complex`
+        # and no `head_notes`: only the layers it has are called.
+        names = {layer.name for layer in generator.layers}
         self.embedding = [
             generator.get_layer(name)
             for name in (
@@ -547,10 +571,12 @@ class FeedbackTraining(keras.Model):
                 "note_embedding",
                 "target_positions",
             )
+            if name != "notes_as_complex" or name in names
         ]
         self.head = [
             generator.get_layer(name)
             for name in _HEAD_LAYERS + ("note_logits",)
+            if name != "head_notes" or name in names
         ]
         self.source_head = None
         if source_notes:
@@ -608,7 +634,7 @@ class FeedbackTraining(keras.Model):
             # Only the head's dropout takes `training`.
             x = (
                 layer(x, training=training)
-                if layer is self.head[2]
+                if layer.name == "head_dropout"
                 else layer(x)
             )
         return x
