@@ -835,3 +835,33 @@ def test_command_line_replaces_a_file_only_by_a_verified_one(
         assert "was kept" in err.strip().splitlines()[-1]
     elif outcome != "error":
         assert "wrote" in printed and f"report on {out}" in printed
+
+
+def test_cli_export_failures_are_one_line_and_recorded(tmp_path, capsys):
+    """What the command does with an export that raised, past the format's
+    own errors: a file error is a `_CommandError` naming OUTPUT; a
+    `ValueError` and anything else exit 1 with one line on stderr and
+    their kind in `--error-file`."""
+    import argparse
+    import json
+
+    error_file = tmp_path / "error.json"
+    args = argparse.Namespace(output="out.tflite", error_file=str(error_file))
+    with pytest.raises(cli._CommandError, match="file-system error while "):
+        cli._export_failed(args, PermissionError("denied"))
+    assert not error_file.exists()
+
+    assert cli._export_failed(args, ValueError("bad\n  value")) == 1
+    assert capsys.readouterr().err == "error: bad value\n"
+    assert json.loads(error_file.read_text()) == {
+        "kind": "value",
+        "message": "bad\n  value",
+    }
+
+    assert cli._export_failed(args, RuntimeError("\x1b[1mboom\x1b[0m")) == 1
+    message = "export failed: RuntimeError: boom"
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert json.loads(error_file.read_text()) == {
+        "kind": "other",
+        "message": message,
+    }

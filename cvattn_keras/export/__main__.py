@@ -364,6 +364,32 @@ def _record(args, failure):
             json.dump(failure, f)
 
 
+def _fail(args, error, **failure):
+    """Exit status 1 for an export that failed with `error`: `failure`
+    (its `kind` and details) recorded to `--error-file`, the error printed
+    as one line."""
+    _record(args, failure)
+    print(f"error: {_one_line(error)}", file=sys.stderr)
+    return 1
+
+
+def _export_failed(args, error):
+    """The exit status of an export that raised `error`, past the
+    format's own errors: a file error (writing OUTPUT after the checks, the
+    disk full, a directory removed meanwhile, or the converter's temporary
+    files) as a `_CommandError`; a `ValueError`, and anything else, recorded
+    and printed as one line (no traceback)."""
+    if isinstance(error, OSError):
+        raise _CommandError(
+            f"a file-system error while exporting to OUTPUT "
+            f"{args.output!r} (it was not written): {_one_line(error)}"
+        ) from None
+    if isinstance(error, ValueError):
+        return _fail(args, error, kind="value", message=str(error))
+    message = f"export failed: {type(error).__name__}: {_one_line(error)}"
+    return _fail(args, message, kind="other", message=message)
+
+
 def _check_readable_file(path, what, kind="value"):
     """Raises `_CommandError` unless `path` is a readable regular file."""
     if not os.path.lexists(path):
@@ -565,49 +591,26 @@ def _run(args, argv):
                 weights_once=_WEIGHTS_ONCE[args.weights],
             )
         except export.FloatFallbackError as error:
-            _record(
+            return _fail(
                 args,
-                {
-                    "kind": "float_fallback",
-                    "ops": error.ops,
-                    "layers": error.layers,
-                    "details": error.details,
-                    "quantization": error.quantization,
-                },
+                error,
+                kind="float_fallback",
+                ops=error.ops,
+                layers=error.layers,
+                details=error.details,
+                quantization=error.quantization,
             )
-            print(f"error: {_one_line(error)}", file=sys.stderr)
-            return 1
         except export.UnsupportedOpsError as error:
-            _record(
+            return _fail(
                 args,
-                {
-                    "kind": "unsupported",
-                    "ops": error.ops,
-                    "layers": error.layers,
-                    "details": error.details,
-                },
+                error,
+                kind="unsupported",
+                ops=error.ops,
+                layers=error.layers,
+                details=error.details,
             )
-            print(f"error: {_one_line(error)}", file=sys.stderr)
-            return 1
-        except OSError as error:
-            # A file error after the checks above: writing OUTPUT (the
-            # disk full, a directory removed meanwhile) or the converter's
-            # own temporary files.
-            raise _CommandError(
-                f"a file-system error while exporting to OUTPUT "
-                f"{args.output!r} (it was not written): {_one_line(error)}"
-            ) from None
-        except ValueError as error:
-            _record(args, {"kind": "value", "message": str(error)})
-            print(f"error: {_one_line(error)}", file=sys.stderr)
-            return 1
-        except Exception as error:  # anything else: one line, no traceback
-            message = (
-                f"export failed: {type(error).__name__}: {_one_line(error)}"
-            )
-            _record(args, {"kind": "other", "message": message})
-            print(f"error: {message}", file=sys.stderr)
-            return 1
+        except Exception as error:
+            return _export_failed(args, error)
         static = (
             f", static batch {args.static_batch}" if args.static_batch else ""
         )
@@ -730,38 +733,19 @@ def _run_onnx(args, model):
                 weights_once=_WEIGHTS_ONCE[args.weights],
             )
         except export.ONNXUnsupportedOpsError as error:
-            _record(
+            return _fail(
                 args,
-                {
-                    "kind": "onnx_unsupported",
-                    "ops": error.ops,
-                    "layers": error.layers,
-                    "details": error.details,
-                    "involves_complex": error.involves_complex,
-                },
+                error,
+                kind="onnx_unsupported",
+                ops=error.ops,
+                layers=error.layers,
+                details=error.details,
+                involves_complex=error.involves_complex,
             )
-            print(f"error: {_one_line(error)}", file=sys.stderr)
-            return 1
         except ImportError as error:
-            _record(args, {"kind": "import", "message": str(error)})
-            print(f"error: {_one_line(error)}", file=sys.stderr)
-            return 1
-        except OSError as error:
-            raise _CommandError(
-                f"a file-system error while exporting to OUTPUT "
-                f"{args.output!r} (it was not written): {_one_line(error)}"
-            ) from None
-        except ValueError as error:
-            _record(args, {"kind": "value", "message": str(error)})
-            print(f"error: {_one_line(error)}", file=sys.stderr)
-            return 1
-        except Exception as error:  # anything else: one line, no traceback
-            message = (
-                f"export failed: {type(error).__name__}: {_one_line(error)}"
-            )
-            _record(args, {"kind": "other", "message": message})
-            print(f"error: {message}", file=sys.stderr)
-            return 1
+            return _fail(args, error, kind="import", message=str(error))
+        except Exception as error:
+            return _export_failed(args, error)
         static = ", static batch 1" if args.static_batch else ""
         return _verify_and_commit(
             args,

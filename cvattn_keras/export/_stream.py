@@ -14,6 +14,7 @@ from cvattn_keras.export._litert import _quantization
 from cvattn_keras.export._litert import _quantize
 from cvattn_keras.export._litert import _runner
 from cvattn_keras.export._reading import _check_tflite_file
+from cvattn_keras.streaming import _stack_steps
 
 _STATE = re.compile(r"state_(\d+)_.*")
 
@@ -146,13 +147,9 @@ class TFLiteStream:
         """`step` over `chunks` `(steps, *chunk_shape)`, outputs stacked
         on axis 1 (a frame's `(B, 1, ...)` squeezed first), as
         `cvattn_keras.streaming.run_stream`."""
-        collected = []
+        steps = []
         for chunk in chunks:
             out = self.step(chunk)
-            single = not isinstance(out, list)
-            out = [out] if single else out
-            collected.append(
-                [o[:, 0] if o.ndim >= 3 and o.shape[1] == 1 else o for o in out]
-            )
-        stacked = [np.stack(parts, axis=1) for parts in zip(*collected)]
+            steps.append(out if isinstance(out, list) else [out])
+        stacked = _stack_steps(steps)
         return stacked[0] if len(stacked) == 1 else stacked

@@ -172,17 +172,28 @@ def run_stream(stream, chunks, state=None):
     if state is None:
         state = initial_state(stream, chunks.shape[0])
     count = len(stream.outputs) - len(stream.inputs) + 1
-    collected = [[] for _ in range(count)]
+    steps = []
     step = _step_function(stream)
     for t in range(chunks.shape[1]):
         results = step([chunks[:, t], *state])
-        for i in range(count):
-            out = results[i]
-            frame = out.ndim >= 3 and out.shape[1] == 1
-            collected[i].append(out[:, 0] if frame else out)
+        steps.append(results[:count])
         state = results[count:]
-    outputs = [np.stack(parts, axis=1) for parts in collected]
+    outputs = _stack_steps(steps)
     return (outputs[0] if count == 1 else outputs), state
+
+
+def _stack_steps(steps):
+    """The outputs of a stream's steps (a list over the steps of a list
+    over the outputs), each output's steps stacked on axis 1 (a frame's
+    `(B, 1, ...)` squeezed to `(B, ...)` first): a list over the outputs.
+    `run_stream`'s, and `export.TFLiteStream.run`'s."""
+    return [
+        np.stack(
+            [o[:, 0] if o.ndim >= 3 and o.shape[1] == 1 else o for o in parts],
+            axis=1,
+        )
+        for parts in zip(*steps)
+    ]
 
 
 def calibration_data(stream, chunks, state=None, skip=0):
