@@ -64,7 +64,7 @@ window of W frames for each of `--windows` (default 16 32 64; rotary, the
 configuration `streaming.to_streaming` streams). Each causal model is
 scored on the test windows and again streamed: its weights run over each
 whole test clip, so that every frame sees its full window of past frames.
-The table gives held-out AP (mean +- std over seeds) and the paired
+The table gives held-out AP (mean +- sample std over seeds) and the paired
 difference by seed, causal minus bidirectional with the same (rotary)
 positions, rotary minus sinusoidal, with its 95% t interval. The real
 baseline with a window is `real_classifier` here (`real_music_classifier`
@@ -81,8 +81,8 @@ intervals) and a JSON of every run's numbers under `--output` (a
 folder). Measured on a shared
 2-core CPU (other jobs running): a transcription run of one variant, 8
 epochs, 39 s (held-out AP 0.47; the label density is 0.057), a generation
-run 55 s; the default run (9 x 3 transcription and 8 x 3 generation
-models, 10 epochs) about 45 minutes. The numbers are not comparable to
+run 55 s; the default run (9 x 3 transcription and 9 x 3 generation
+models, 10 epochs) about 50 minutes. The numbers are not comparable to
 MusicNet's (see the tables).
 
 Run:  python examples/compare_variants.py [--epochs 10] [--seeds 3]
@@ -698,7 +698,7 @@ def generation_training_words(args):
 
 
 def score_table(task, rows, args, counts, chance):
-    """The markdown table of one task: mean +- std per metric."""
+    """The markdown table of one task: mean +- sample std per metric."""
     source, target = generation_split(args.frames)
     low = SCORES["lowest_note"]
     what = (
@@ -776,28 +776,40 @@ def mean_std(values):
 def paired_lines(task, rows, held_out, frequency_ap):
     """The paired per-seed differences, each with its 95% t interval:
     every variant against the real baseline (on the test works and every
-    held-out set), and for generation every generator against each note's
-    frequency (a constant, so the interval is the AP's own)."""
-    by_label = dict(rows)
-    reference = by_label.get(REAL_BASELINE)
+    held-out set), paired by the runs' `seed` (the seeds both rows have),
+    and for generation every generator against the AP of each note's
+    training frequency (a constant, so the interval is the AP's own). The
+    test works are fixed: the intervals cover the variation across seeds
+    (initialisation, batches, dropout), not across works."""
+    reference = dict(rows).get(REAL_BASELINE)
     lines = []
     keys = [("ap", "test works")] + [
         (f"{name}_ap", what) for name, what in held_out
     ]
     for label, runs in rows:
-        if reference is None or label == REAL_BASELINE or len(runs) < 2:
+        if reference is None or label == REAL_BASELINE:
             continue
-        if len(runs) != len(reference):
+        ours = {r["seed"]: r for r in runs}
+        theirs = {r["seed"]: r for r in reference}
+        seeds = sorted(set(ours) & set(theirs))
+        if len(seeds) < 2:
             continue
         cells = [
-            f"{what} {_interval(*paired(runs, reference, key))}"
+            f"{what} "
+            + _interval(
+                *paired(
+                    [ours[s] for s in seeds], [theirs[s] for s in seeds], key
+                )
+            )
             for key, what in keys
         ]
+        common = ""
+        if len(seeds) < max(len(ours), len(theirs)):
+            common = " (the seeds both rows have)"
         lines.append(
-            f"Paired AP difference {label} minus the {REAL_BASELINE} (mean "
-            f"over {len(runs)} seeds [95% t interval]): "
-            + "; ".join(cells)
-            + "."
+            f"Paired AP difference {label} minus the {REAL_BASELINE}, seed "
+            f"by seed on the fixed test works (mean over {len(seeds)} "
+            f"seeds{common} [95% t interval]): " + "; ".join(cells) + "."
         )
     if task == "generation":
         for label, runs in rows:
@@ -805,9 +817,10 @@ def paired_lines(task, rows, held_out, frequency_ap):
                 continue
             constant = [dict(ap=frequency_ap) for _ in runs]
             lines.append(
-                f"AP of {label} minus each note's frequency "
-                f"({frequency_ap:.3f}), over {len(runs)} seeds [95% t "
-                f"interval]: {_interval(*paired(runs, constant, 'ap'))}."
+                f"AP of {label} minus the AP of each note's training "
+                f"frequency ({frequency_ap:.3f}), over {len(runs)} seeds "
+                f"[95% t interval]: "
+                f"{_interval(*paired(runs, constant, 'ap'))}."
             )
     return lines
 
@@ -1590,7 +1603,7 @@ def streaming_table(rows, args, counts, chance, seeds):
         f"frame): {counts['train']} training and {counts['test']} test "
         f"windows of {args.frames} frames ({args.train_minutes:g} and "
         f"{args.test_minutes:g} minutes), {args.epochs} "
-        f"epoch{'s' * (args.epochs != 1)}, mean +- std over {seeds} "
+        f"epoch{'s' * (args.epochs != 1)}, mean +- sample std over {seeds} "
         f"seed(s){partial}; the difference is the mean of the paired "
         f"differences (the same seed, `keras.utils.set_random_seed`) against "
         f"the row named, with its 95% t interval over the seeds "
@@ -2037,7 +2050,7 @@ def main(argv=None):
         f"`python examples/compare_variants.py --epochs {args.epochs} "
         f"--seeds {args.seeds}`)",
         "",
-        "| variant (softmax / product) | AP (mean +- std) | parameters "
+        "| variant (softmax / product) | AP (mean +- sample std) | parameters "
         "| train time per run |",
         "| --- | --- | --- | --- |",
     ]

@@ -270,9 +270,15 @@ def test_compare_variants_on_scores_smoke(tmp_path, monkeypatch):
             # transcription: the AP on the held-out programs and its gap
             # (issue 33).
             extra = 2
-            cells = line.split(" | ")[1 : 1 + len(_SCORE_METRICS) + extra]
+            cells = line.split(" | ")[1:]
+            # and the parameters and the time
+            assert len(cells) == len(_SCORE_METRICS) + extra + 2
+            cells = cells[: len(_SCORE_METRICS) + extra]
             assert all(re.fullmatch(r"-?\d\.\d{3}", c) for c in cells)
-            assert all(0 <= float(c) <= 1 for c in cells if c[0] != "-")
+            # Only the gap (test minus held-out AP) can be negative.
+            scores = cells if task == "generation" else cells[:-1]
+            assert all(0 <= float(c) <= 1 for c in scores)
+            assert -1 <= float(cells[-1]) <= 1
     text = (out / "generation.md").read_text()
     assert "`real_generator`" in text
     assert "| AP (notes fed back) | AP (teacher forced) |" in text
@@ -570,7 +576,7 @@ def test_compare_variants_real_generator(tmp_path):
     )
     samples = generator.inputs[0].shape[1]
     waveform = rng.standard_normal((2, samples)).astype("float32")
-    _, decoded = cvk.models.generate(
+    _, logits = cvk.models.generate(
         generator, waveform, feedback="logits", cache=False
     )
     labels = (rng.random((2, target, notes)) > 0.5).astype("float32")
@@ -578,10 +584,16 @@ def test_compare_variants_real_generator(tmp_path):
     passes = keras.ops.convert_to_numpy(
         trainer([waveform, cvk.models.shift_right(labels)])
     )
-    np.testing.assert_allclose(passes, decoded, atol=1e-5)
+    np.testing.assert_allclose(passes, logits, atol=1e-5)
     with pytest.raises(ValueError, match="cache=False"):
         cvk.models.generate(generator, waveform, cache=True)
 
+    # Every weight moved off its initial value (the norms' scales and
+    # offsets, the batch norms' statistics), so that one left unloaded
+    # would show.
+    generator.set_weights(
+        [w + rng.normal(0, 0.1, w.shape) for w in generator.get_weights()]
+    )
     path = str(tmp_path / "real_generator.keras")
     generator.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
@@ -595,40 +607,56 @@ def test_compare_variants_real_generator(tmp_path):
 
 def test_compare_variants_paired_lines():
     """The score tables' statistics: the sample std (the mean alone for
-    one seed), and the paired differences against the real baseline and
-    each note's frequency, with 95% t intervals, against NumPy and
-    SciPy."""
+    one seed), and the paired differences against the real baseline
+    (paired by seed) and each note's frequency, with 95% t intervals,
+    against NumPy and SciPy."""
     from scipy import stats
+
+    def interval(d):
+        low, high = stats.t.interval(
+            0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d)
+        )
+        return f"{d.mean():+.3f} [{low:+.3f}, {high:+.3f}]"
 
     module = runpy.run_path(os.path.join(EXAMPLES, "compare_variants.py"))
     assert module["mean_std"]([0.5]) == "0.500"
     assert module["mean_std"]([0.4, 0.6]) == "0.500 +- 0.141"
     rng = np.random.default_rng(0)
-    ours = [dict(ap=a, held_out_programs_ap=a - 0.02) for a in rng.random(10)]
-    real = [dict(ap=a, held_out_programs_ap=a) for a in rng.random(10)]
+    ap, ap_real, shift = rng.random((3, 10))
+    ours = [
+        dict(seed=s, ap=ap[s], held_out_programs_ap=ap[s] - shift[s])
+        for s in range(10)
+    ]
+    # In another order: paired by the seed, not by the position.
+    real = [
+        dict(seed=s, ap=ap_real[s], held_out_programs_ap=ap_real[s])
+        for s in reversed(range(10))
+    ]
     rows = [("real / inner", ours), ("real baseline", real)]
     held_out = [("held_out_programs", "held-out programs")]
     lines = module["paired_lines"]("generation", rows, held_out, 0.25)
-    d = np.array([r["ap"] for r in ours]) - [r["ap"] for r in real]
-    low, high = stats.t.interval(
-        0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d)
-    )
+    assert len(lines) == 3  # one pair; each row against the frequency
     assert lines[0].startswith(
-        "Paired AP difference real / inner minus the real baseline"
+        "Paired AP difference real / inner minus the real baseline, seed "
+        "by seed on the fixed test works (mean over 10 seeds [95% t "
+        "interval]): "
     )
-    assert f"test works {d.mean():+.3f} [{low:+.3f}, {high:+.3f}]" in lines[0]
-    d = d - 0.02
-    assert f"held-out programs {d.mean():+.3f} [" in lines[0]
-    # Against each note's frequency, every row (the baseline's too).
-    assert len(lines) == 3
-    a = np.array([r["ap"] for r in ours]) - 0.25
-    low, high = stats.t.interval(
-        0.95, len(a) - 1, loc=a.mean(), scale=stats.sem(a)
+    assert f"test works {interval(ap - ap_real)}" in lines[0]
+    assert f"held-out programs {interval(ap - shift - ap_real)}" in lines[0]
+    assert interval(ap - 0.25) in lines[1]
+    assert lines[2].startswith("AP of real baseline minus the AP of each ")
+    assert interval(ap_real - 0.25) in lines[2]
+
+    # Seeds the rows do not share are left out, and the line says so.
+    lines = module["paired_lines"](
+        "transcription", [("real / inner", ours[:6]), rows[1]], [], 0.25
     )
-    assert f"{a.mean():+.3f} [{low:+.3f}, {high:+.3f}]" in lines[1]
+    assert len(lines) == 1
+    assert "(mean over 6 seeds (the seeds both rows have) " in lines[0]
+    assert interval(ap[:6] - ap_real[:6]) in lines[0]
     # One seed: no interval.
     one_seed = [("real / inner", ours[:1]), ("real baseline", real[:1])]
-    assert module["paired_lines"]("transcription", one_seed, [], 0.2) == []
+    assert module["paired_lines"]("generation", one_seed, [], 0.2) == []
 
 
 def test_compare_variants_streaming_models():

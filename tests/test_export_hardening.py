@@ -849,6 +849,13 @@ def test_cli_export_failures_are_one_line_and_recorded(tmp_path, capsys):
     args = argparse.Namespace(output="out.tflite", error_file=str(error_file))
     with pytest.raises(cli._CommandError, match="file-system error while "):
         cli._export_failed(args, PermissionError("denied"))
+
+    class Both(OSError, ValueError):
+        pass
+
+    # An error of both kinds (as io.UnsupportedOperation) is a file error.
+    with pytest.raises(cli._CommandError, match="file-system error while "):
+        cli._export_failed(args, Both("unsupported"))
     assert not error_file.exists()
 
     assert cli._export_failed(args, ValueError("bad\n  value")) == 1
