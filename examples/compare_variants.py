@@ -36,9 +36,10 @@ take the waveform (their first layer the STFT, frozen). Two tasks
   teacher forcing alone (`--generation-training teacher --source-weight
   0`, the paper's training), a generator learns to carry the true previous
   frame on and barely reads the audio: generating from its own outputs it
-  switches nothing on, and scores below each note's training frequency
-  (CAtt 0.130 AP against 0.144, teacher-forced 0.844; trained the default
-  way 0.208, 3 seeds).
+  switches nothing on, and scores at each note's training frequency
+  (CAtt 0.130 AP against 0.144, teacher-forced 0.841, 5 seeds; trained
+  the default way 0.199 ± 0.009, 10 seeds, and the real baseline 0.200;
+  docs/models.md).
 
 Held-out timbres (`--data scores`, transcription): training and the usual
 test set play each part with a program of `TRAIN_PROGRAMS` (`--programs`;
