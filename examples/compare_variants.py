@@ -1208,6 +1208,17 @@ class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
         )
 
 
+def real_head(x, head_dim, notes, dropout):
+    """`real_music_classifier`'s head, its layers and names: Dense
+    (`head_dim`), LeakyReLU 0.01, dropout, Dense to `notes` logits (the
+    names `FeedbackTraining` and `generate` call a generator's by)."""
+    layers = keras.layers
+    x = layers.Dense(head_dim, name="head_dense")(x)
+    x = layers.LeakyReLU(0.01, name="head_act")(x)
+    x = layers.Dropout(dropout, name="head_dropout")(x)
+    return layers.Dense(notes, name="note_logits")(x)
+
+
 def real_classifier(
     frames,
     notes,
@@ -1285,10 +1296,7 @@ def real_classifier(
         x = layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_2"
         )(layers.Add()([x, h]))
-    x = layers.Dense(head_dim, name="head_dense")(x)
-    x = layers.LeakyReLU(0.01, name="head_act")(x)
-    x = layers.Dropout(dropout, name="head_dropout")(x)
-    logits = layers.Dense(notes, name="note_logits")(x)
+    logits = real_head(x, head_dim, notes, dropout)
     return keras.Model(waveform, logits, name="real_music_classifier")
 
 
@@ -1428,10 +1436,7 @@ def real_generator(
             dropout=feedforward_dropout,
             name=f"decoder_{i}",
         )(x, memory)
-    x = layers.Dense(head_dim, name="head_dense")(x)
-    x = layers.LeakyReLU(0.01, name="head_act")(x)
-    x = layers.Dropout(dropout, name="head_dropout")(x)
-    logits = layers.Dense(notes, name="note_logits")(x)
+    logits = real_head(x, head_dim, notes, dropout)
     return keras.Model(
         [classifier.inputs[0], previous], logits, name="real_music_generator"
     )
