@@ -1,8 +1,10 @@
 """Micro-averaged average precision, the paper's MusicNet metric, as a
 streaming Keras metric; the transcription field's scores on whole
-arrays (`transcription_scores`, with `frames_to_notes`'s decoding); and
-the image-quality scores of MRI reconstruction (`nmse`, `psnr`, `ssim`
-on magnitudes, as fastMRI's, and `phase_error`), NumPy, per image.
+arrays (`transcription_scores`, with `frames_to_notes`'s decoding); the
+image-quality scores of MRI reconstruction (`nmse`, `psnr`, `ssim` on
+magnitudes, as fastMRI's, and `phase_error`), NumPy, per image; and the
+speech-enhancement scores, per clip (`si_sdr` and `snr` in NumPy; `pesq`,
+`stoi` and `dnsmos` through the `speech` extra's packages).
 """
 
 import warnings
@@ -12,15 +14,25 @@ import numpy as np
 from keras import ops
 
 from cvattn_keras import _image_quality
+from cvattn_keras._speech_metrics import dnsmos
+from cvattn_keras._speech_metrics import pesq
+from cvattn_keras._speech_metrics import si_sdr
+from cvattn_keras._speech_metrics import snr
+from cvattn_keras._speech_metrics import stoi
 
 __all__ = [
     "MicroAveragedPrecision",
     "average_precision",
+    "dnsmos",
     "frames_to_notes",
     "nmse",
+    "pesq",
     "phase_error",
     "psnr",
+    "si_sdr",
+    "snr",
     "ssim",
+    "stoi",
     "transcription_scores",
 ]
 
