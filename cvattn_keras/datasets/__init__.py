@@ -24,6 +24,11 @@ stacked layout `[real | imag]` on the last axis, float32.
   complex phantoms of the Shepp-Logan family with smooth phase maps,
   their noisy k-space (numpy's order), fastMRI-like column masks and
   the zero-filled reconstructions (a `SyntheticMRI`).
+- `noisy_speech` (`datasets.speech`): speech enhancement from audio that
+  Debian ships (Asterisk's G.722 prompts in en/es/fr, codec2's speech
+  files; music-on-hold, babble, coloured noise, hum and noise bursts, an
+  optional simulated room) at SNRs of -5 to 20 dB, 16 kHz, in a
+  `NoisySpeech` (the `speech` extra and the Debian packages).
 - `load_musicnet` (`datasets.music`): MusicNet features as preprocessed by
   the Complex Transformer pipeline (64 frames x [Re(2048) | Im(2048)], 128
   notes).
@@ -45,6 +50,9 @@ from cvattn_keras.datasets.radio import RadioFrames
 from cvattn_keras.datasets.radio import radio_modulation
 from cvattn_keras.datasets.scores import ScoreMusic
 from cvattn_keras.datasets.scores import score_music
+from cvattn_keras.datasets.speech import SPEECH_NOISES
+from cvattn_keras.datasets.speech import NoisySpeech
+from cvattn_keras.datasets.speech import noisy_speech
 
 __all__ = [
     "MODULATIONS",
@@ -52,11 +60,14 @@ __all__ = [
     "RADIOML_SNRS",
     "RADIO_AUDIO_RATE",
     "RADIO_SAMPLE_RATE",
+    "SPEECH_NOISES",
+    "NoisySpeech",
     "RadioFrames",
     "ScoreMusic",
     "SyntheticMRI",
     "highest_audible_note",
     "load_musicnet",
+    "noisy_speech",
     "radio_modulation",
     "score_music",
     "synthetic_modulation",
