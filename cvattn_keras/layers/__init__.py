@@ -17,6 +17,8 @@ from cvattn_keras.layers.embeddings import SinusoidalPositionalEncoding
 from cvattn_keras.layers.fourier import ComplexDataConsistency
 from cvattn_keras.layers.fourier import ComplexFFT2D
 from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
+from cvattn_keras.layers.masks import ComplexCompression
+from cvattn_keras.layers.masks import ComplexMask
 from cvattn_keras.layers.normalization import ComplexLayerNormalization
 from cvattn_keras.layers.normalization import ComplexRMSNormalization
 from cvattn_keras.layers.patches import ComplexPatchEmbedding
@@ -33,6 +35,7 @@ __all__ = [
     "ComplexActivation",
     "ComplexAveragePooling2D",
     "ComplexBatchNormalization",
+    "ComplexCompression",
     "ComplexConv1D",
     "ComplexConv2D",
     "ComplexConv2DTranspose",
@@ -44,6 +47,7 @@ __all__ = [
     "ComplexFromReal",
     "ComplexISTFT",
     "ComplexLayerNormalization",
+    "ComplexMask",
     "ComplexMaxPooling2D",
     "ComplexModulus",
     "ComplexMultiHeadAttention",

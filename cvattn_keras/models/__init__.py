@@ -9,7 +9,11 @@
 - `models.images`: image reconstruction from undersampled k-space (MRI),
   with data consistency: `mri_transformer` (a complex vision transformer
   with CAtt), `complex_unet`, and real-valued baselines of about the same
-  parameter count (`real_mri_transformer`, `real_unet`).
+  parameter count (`real_mri_transformer`, `real_unet`);
+- `models.speech`: speech enhancement from samples to samples,
+  `speech_enhancer` (a causal sliding-window complex transformer writing a
+  bounded complex or magnitude mask), `real_speech_enhancer` (its real
+  baseline) and `SpeechEnhancementLoss`.
 """
 
 from cvattn_keras.models.generation import FEEDBACKS
@@ -28,12 +32,18 @@ from cvattn_keras.models.music import music_classifier
 from cvattn_keras.models.music import music_generator
 from cvattn_keras.models.music import real_music_classifier
 from cvattn_keras.models.music import waveform_length
+from cvattn_keras.models.speech import RealRotaryAttention
+from cvattn_keras.models.speech import SpeechEnhancementLoss
+from cvattn_keras.models.speech import real_speech_enhancer
+from cvattn_keras.models.speech import speech_enhancer
 
 __all__ = [
     "FEEDBACKS",
     "FRONTEND_FILTERS",
     "FRONTEND_KERNEL_SIZES",
     "FeedbackTraining",
+    "RealRotaryAttention",
+    "SpeechEnhancementLoss",
     "MASKS",
     "complex_unet",
     "feedback_inputs",
@@ -43,7 +53,9 @@ __all__ = [
     "music_generator",
     "real_mri_transformer",
     "real_music_classifier",
+    "real_speech_enhancer",
     "real_unet",
     "shift_right",
+    "speech_enhancer",
     "waveform_length",
 ]

@@ -10,11 +10,13 @@ from cvattn_keras.streaming import _layers as sl
 _PER_FRAME = (
     cl.ComplexActivation,
     cl.ComplexBatchNormalization,
+    cl.ComplexCompression,
     cl.ComplexDense,
     cl.ComplexDropout,
     cl.ComplexFrequencyFrontEnd,
     cl.ComplexFromReal,
     cl.ComplexLayerNormalization,
+    cl.ComplexMask,
     cl.ComplexModulus,
     cl.ComplexRMSNormalization,
     cl.ModReLU,
