@@ -133,10 +133,22 @@ def test_mask_refuses_bad_arguments():
         layers.ComplexMask()(np.zeros((1, 4), np.float32))
 
 
+def test_scale_against_numpy(rng):
+    z = _complex(rng, (2, 3, 5))
+    layer = layers.ComplexScale()
+    layer.build((2, 3, 10))
+    w = _complex(rng, (5,))
+    layer.scale_real.assign(w.real)
+    layer.scale_imag.assign(w.imag)
+    got = _unstack(to_numpy(layer(_stacked(z))))
+    np.testing.assert_allclose(got, w * z, rtol=1e-5, atol=1e-6)
+
+
 def test_layers_round_trip_their_configs():
     for layer in (
         layers.ComplexCompression(0.25),
         layers.ComplexMask("magnitude"),
+        layers.ComplexScale(),
     ):
         clone = type(layer).from_config(layer.get_config())
         assert clone.get_config() == layer.get_config()
@@ -186,6 +198,8 @@ def _with_constant_mask(model, value):
     dense.kernel_imag.assign(np.zeros(dense.kernel_imag.shape))
     dense.bias_real.assign(np.full(dense.bias_real.shape, value.real))
     dense.bias_imag.assign(np.full(dense.bias_imag.shape, value.imag))
+    scale = model.get_layer("bin_scale")
+    scale.scale_real.assign(np.zeros(scale.scale_real.shape))
     return model
 
 
@@ -214,7 +228,7 @@ def test_enhancer_layers_and_parameters():
     names = [layer.name for layer in model.layers]
     for name in ("stft", "compress", "embedding", "encoder_0", "encoder_1"):
         assert name in names
-    assert names[-3:] == ["mask_dense", "mask", "istft"]
+    assert names[-4:] == ["bin_scale", "mask_features", "mask", "istft"]
     trainable = sum(math.prod(w.shape) for w in model.trainable_weights)
     assert trainable <= 100_000
     real = models.real_speech_enhancer()

@@ -19,6 +19,7 @@ from cvattn_keras.layers.fourier import ComplexFFT2D
 from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
 from cvattn_keras.layers.masks import ComplexCompression
 from cvattn_keras.layers.masks import ComplexMask
+from cvattn_keras.layers.masks import ComplexScale
 from cvattn_keras.layers.normalization import ComplexLayerNormalization
 from cvattn_keras.layers.normalization import ComplexRMSNormalization
 from cvattn_keras.layers.patches import ComplexPatchEmbedding
@@ -56,6 +57,7 @@ __all__ = [
     "ComplexRMSNormalization",
     "ComplexRotaryEmbedding",
     "ComplexSTFT",
+    "ComplexScale",
     "ComplexTransformerDecoder",
     "ComplexTransformerEncoder",
     "ComplexUpSampling2D",

@@ -90,6 +90,54 @@ class ComplexCompression(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
+class ComplexScale(keras.layers.Layer):
+    """A learned complex weight per feature: `z_f -> w_f * z_f`,
+    elementwise on the last axis (`w` initialised to 1).
+
+    `speech_enhancer` adds it to its mask features: each bin's mask then
+    sees that bin's own (compressed) noisy value, at the spectrum's full
+    resolution, beside what the encoder makes of the whole frame.
+
+    Weights `scale_real`, `scale_imag`, shape `(features,)`.
+
+    Examples:
+        >>> layer = ComplexScale()
+        >>> y = layer(cvattn_keras.to_stacked([[1 + 2j, 3j]]))
+        >>> [float(v) for v in y[0]]
+        [1.0, 0.0, 2.0, 3.0]
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        size = _check_stacked(input_shape, "ComplexScale")
+        if size is None:
+            raise ValueError(
+                "ComplexScale needs a known feature axis. Received: "
+                f"input_shape={tuple(input_shape)}"
+            )
+        self.scale_real = self.add_weight(
+            name="scale_real", shape=(size // 2,), initializer="ones"
+        )
+        self.scale_imag = self.add_weight(
+            name="scale_imag", shape=(size // 2,), initializer="zeros"
+        )
+
+    def call(self, inputs):
+        real, imag = cx.split(inputs)
+        wr = ops.cast(self.scale_real, real.dtype)
+        wi = ops.cast(self.scale_imag, real.dtype)
+        return ops.concatenate(
+            [real * wr - imag * wi, real * wi + imag * wr], axis=-1
+        )
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
 class ComplexMask(keras.layers.Layer):
     """A bounded spectral mask applied to spectra: `[m, x] -> M(m) * x`.
 

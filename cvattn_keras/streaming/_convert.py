@@ -19,6 +19,7 @@ _PER_FRAME = (
     cl.ComplexMask,
     cl.ComplexModulus,
     cl.ComplexRMSNormalization,
+    cl.ComplexScale,
     cl.ModReLU,
     cl.RealReadout,
     keras.layers.Activation,
