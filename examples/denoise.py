@@ -243,21 +243,23 @@ def scores(clean, estimate, snr, dnsmos_examples, kinds=None):
     per_clip = {
         "si_sdr": m.si_sdr(clean, estimate),
         "pesq": m.pesq(clean, estimate, SAMPLE_RATE),
-        "stoi": m.stoi(clean, estimate, SAMPLE_RATE),
+        "stoi": np.array([_stoi(c, e) for c, e in zip(clean, estimate)]),
     }
-    result = {k: float(np.mean(v)) for k, v in per_clip.items()}
+    result = {k: float(np.nanmean(v)) for k, v in per_clip.items()}
+    result["stoi_clips"] = int(np.isfinite(per_clip["stoi"]).sum())
     result["bands"] = {}
     for low, high in SNR_BANDS:
         inside = (snr >= low) & (snr < high if high < 20 else snr <= high)
         if inside.any():
             result["bands"][f"{low}..{high}"] = {
-                k: float(np.mean(v[inside])) for k, v in per_clip.items()
+                k: float(np.nanmean(v[inside])) for k, v in per_clip.items()
             }
     if kinds is not None:
         kinds = np.asarray(kinds)
         result["kinds"] = {
             kind: {
-                k: float(np.mean(v[kinds == kind])) for k, v in per_clip.items()
+                k: float(np.nanmean(v[kinds == kind]))
+                for k, v in per_clip.items()
             }
             for kind in sorted(set(kinds.tolist()))
         }
@@ -265,8 +267,21 @@ def scores(clean, estimate, snr, dnsmos_examples, kinds=None):
         peak = np.abs(estimate[:dnsmos_examples]).max(axis=1, keepdims=True)
         clips = estimate[:dnsmos_examples] / np.maximum(peak, 1.0)
         result["ovrl"] = float(np.mean(m.dnsmos(clips, SAMPLE_RATE)["ovrl"]))
-    result["per_clip"] = {k: v.tolist() for k, v in per_clip.items()}
+    result["per_clip"] = {
+        k: [None if np.isnan(x) else float(x) for x in v]
+        for k, v in per_clip.items()
+    }
     return result
+
+
+def _stoi(clean, estimate):
+    """STOI of one clip, NaN where it is undefined (a short utterance:
+    fewer than 30 frames of speech once silence is dropped), left out of
+    the means."""
+    try:
+        return cvk.metrics.stoi(clean, estimate, SAMPLE_RATE)
+    except ValueError:
+        return float("nan")
 
 
 def mean_std(values):
@@ -326,6 +341,10 @@ def tables(result):
             f"{s.get('ovrl', float('nan')):.3f} | |"
         )
     lines += [
+        "",
+        f"STOI over the {noisy['stoi_clips']} of "
+        f"{len(noisy['per_clip']['stoi'])} test clips where it is defined "
+        "(at least 30 frames of speech).",
         "",
         "SI-SDR (dB) / PESQ by input SNR band (mean over seeds):",
         "",
