@@ -365,8 +365,9 @@ def test_loss_refuses_bad_arguments(kwargs, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("build", ["complex", "real"])
 def test_enhancers_train_compiled_and_reload(tmp_path, rng, build):
-    """One compiled (XLA, but on PyTorch) training step, then a `.keras` round trip with
-    `safe_mode=True` and the loss in the file: the same outputs."""
+    """One compiled training step (XLA; eager on PyTorch), then a `.keras`
+    round trip with `safe_mode=True` and the loss in the file: the same
+    outputs."""
     if build == "complex":
         model = models.speech_enhancer(**SMALL)
     else:
