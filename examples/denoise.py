@@ -492,7 +492,11 @@ def main(argv=None):
         f"{test.snr.min():+.1f}..{test.snr.max():+.1f} dB"
     )
     noisy_scores = scores(
-        test.clean, test.noisy, test.snr, args.dnsmos_examples
+        test.clean,
+        test.noisy,
+        test.snr,
+        args.dnsmos_examples,
+        test.noise_kind,
     )
     result = {
         "arguments": {
@@ -565,7 +569,11 @@ def main(argv=None):
                     stream.warmup_steps,
                 )
                 score = scores(
-                    test.clean, streamed, test.snr, args.dnsmos_examples
+                    test.clean,
+                    streamed,
+                    test.snr,
+                    args.dnsmos_examples,
+                    test.noise_kind,
                 )
                 result["streams"][mode] = dict(
                     file=os.path.basename(path),

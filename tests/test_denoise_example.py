@@ -76,6 +76,7 @@ def test_denoise_smoke(tmp_path):
     table = (out / "denoise.md").read_text()
     assert "Paired difference complex minus magnitude" in table
     assert "Paired difference complex minus real" in table
+    assert "by noise" in table
 
 
 @pytest.mark.parametrize(
