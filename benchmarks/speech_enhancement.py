@@ -104,6 +104,10 @@ import numpy as np  # noqa: E402
 import cvattn_keras as cvk  # noqa: E402
 from cvattn_keras import layers as cl  # noqa: E402
 
+# isort: split
+from _litert_stream import Stepper  # noqa: E402
+from _litert_stream import error_text  # noqa: E402
+
 MODES = ("float32", "dynamic_int8", "full_int8", "int16x8")
 CALIBRATED = ("int8", "full_int8", "int16x8")
 SAMPLE_RATE = 16000
@@ -130,15 +134,6 @@ PACKAGES = (
     "pystoi",
     "speechmos",
 )
-
-
-def _error_text(error):
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
-    if len(lines) > 1:
-        text += " ... " + lines[-1]
-    text = f"{type(error).__name__}: {text}"
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 # --- multiply-accumulates ---------------------------------------------
@@ -188,84 +183,9 @@ def stream_macs(model):
 # --- our stream on LiteRT ---------------------------------------------
 
 
-def _to_file(array, detail):
-    dtype = np.dtype(detail["dtype"])
-    scale, zero_point = detail["quantization"]
-    if np.issubdtype(dtype, np.integer) and scale:
-        info = np.iinfo(dtype)
-        q = np.round(np.asarray(array, "float64") / scale) + zero_point
-        return np.clip(q, info.min, info.max).astype(dtype)
-    return np.asarray(array).astype(dtype)
-
-
-def _from_file(array, detail):
-    scale, zero_point = detail["quantization"]
-    if np.issubdtype(array.dtype, np.integer) and scale:
-        return (scale * (array.astype("float64") - zero_point)).astype(
-            "float32"
-        )
-    return array
-
-
-class _Stepper:
-    """A streaming `.tflite` file hop by hop on LiteRT (one thread), as
-    `TFLiteStream` runs it, through the interpreter's tensors so that
-    `Invoke` alone is timed: `step` returns the hop's samples and keeps
-    the new state; `seconds` holds each step's `Invoke`."""
-
-    def __init__(self, path):
-        from ai_edge_litert.interpreter import Interpreter
-
-        self._interpreter = Interpreter(model_path=path, num_threads=1)
-        runner = self._interpreter.get_signature_runner()
-        inputs = runner.get_input_details()
-        outputs = runner.get_output_details()
-        self._wrapper = runner._interpreter_wrapper
-        self._graph = runner._subgraph_index
-        self._wrapper.AllocateTensors(self._graph)
-        self._chunk = inputs["chunk"]
-        self._states = [
-            inputs[name]
-            for name in sorted(
-                (name for name in inputs if name != "chunk"),
-                key=lambda name: int(name.split("_")[1]),
-            )
-        ]
-        self._outputs = [
-            outputs[name]
-            for name in sorted(outputs, key=lambda n: int(n.split("_")[1]))
-        ]
-        self.state_bytes = sum(
-            int(np.prod(d["shape"])) * np.dtype(d["dtype"]).itemsize
-            for d in self._states
-        )
-        self.seconds = []
-        self.reset()
-
-    def reset(self):
-        self.state = [
-            np.zeros(d["shape"], "float32")
-            if d["quantization"][0] or np.dtype(d["dtype"]).kind == "f"
-            else np.zeros(d["shape"], d["dtype"])
-            for d in self._states
-        ]
-
-    def step(self, hop):
-        wrapper, graph = self._wrapper, self._graph
-        wrapper.SetTensor(
-            self._chunk["index"], _to_file(hop[None], self._chunk), graph
-        )
-        for detail, array in zip(self._states, self.state):
-            wrapper.SetTensor(detail["index"], _to_file(array, detail), graph)
-        start = time.perf_counter()
-        wrapper.Invoke(graph)
-        self.seconds.append(time.perf_counter() - start)
-        results = [
-            _from_file(wrapper.GetTensor(d["index"], graph), d)
-            for d in self._outputs
-        ]
-        self.state = results[1:]
-        return np.asarray(results[0], "float32").reshape(-1)
+def _hop(stepper, samples):
+    """One hop `(hop,)` through `stepper`: the hop's output samples."""
+    return np.asarray(stepper.step(samples[None]), "float32").reshape(-1)
 
 
 def _stream_clip(stepper, audio, hop, length, warmup_steps):
@@ -275,7 +195,7 @@ def _stream_clip(stepper, audio, hop, length, warmup_steps):
     padded = np.concatenate([audio, np.zeros(length, "float32")])
     steps = -(-padded.size // hop)
     padded = np.pad(padded, (0, steps * hop - padded.size))
-    out = np.concatenate([stepper.step(h) for h in padded.reshape(-1, hop)])
+    out = np.concatenate([_hop(stepper, h) for h in padded.reshape(-1, hop)])
     start = warmup_steps * hop
     return out[start : start + audio.size]
 
@@ -421,7 +341,7 @@ def _scores(clean, estimates):
             row[name] = float(np.mean(metric()))
         except Exception as error:  # noqa: BLE001 (a cell, not a crash)
             row[name] = None
-            errors[name] = _error_text(error)
+            errors[name] = error_text(error)
     if errors:
         row["quality_errors"] = errors
     return row
@@ -455,7 +375,7 @@ def _calibration_audio(args, notes):
     except (ImportError, ValueError) as error:
         notes.append(
             "calibration and timing on random noise: the speech data set "
-            f"is missing ({_error_text(error)})"
+            f"is missing ({error_text(error)})"
         )
         rng = np.random.default_rng(1)
         return (0.05 * rng.standard_normal((2, 2 * SAMPLE_RATE))).astype(
@@ -513,9 +433,9 @@ def _ours(args, model, test, offline, notes, directory):
                 stream, path, mode, calibration or [chunks[:, 0]]
             )
         except cvk.export.FloatFallbackError as error:
-            row["error"] = "not convertible: " + _error_text(error)
+            row["error"] = "not convertible: " + error_text(error)
         except Exception as error:  # noqa: BLE001 (a row, not a crash)
-            row["error"] = "export failed: " + _error_text(error)
+            row["error"] = "export failed: " + error_text(error)
         if "error" not in row:
             try:
                 row.update(
@@ -523,16 +443,16 @@ def _ours(args, model, test, offline, notes, directory):
                 )
                 row["file_kib"] = os.path.getsize(path) / 1024
             except Exception as error:  # noqa: BLE001
-                row["error"] = "LiteRT: " + _error_text(error)
+                row["error"] = "LiteRT: " + error_text(error)
         rows.append(row)
         print(f"  {mode}: {'error' if 'error' in row else 'done'}", flush=True)
     return rows
 
 
 def _measure(path, timing, hop, hop_s, test, offline, warmup):
-    stepper = _Stepper(path)
+    stepper = Stepper(path)
     for chunk in timing.reshape(-1, hop):
-        stepper.step(chunk)
+        _hop(stepper, chunk)
     measured = dict(
         _latency(stepper.seconds[WARMUP_HOPS:], hop_s),
         hops_timed=len(stepper.seconds) - WARMUP_HOPS,
@@ -718,7 +638,7 @@ def main(argv=None):
             data = _speech("test", args.test_examples, 0)
             test = dict(clean=data.clean, noisy=data.noisy)
         except (ImportError, ValueError) as error:
-            notes.append(f"no quality columns: {_error_text(error)}")
+            notes.append(f"no quality columns: {error_text(error)}")
     if test is not None and ours_quality:
         offline = keras.ops.convert_to_numpy(
             model.predict(test["noisy"], batch_size=8, verbose=0)

@@ -31,13 +31,14 @@ for re-running the window every hop (above 1: it cannot keep up);
 `step (ms)` is `TFLiteStream.step` from Python (the state quantized in
 and dequantized out as an app does, plus the signature runner's
 overhead; marked `*` where `TFLiteStream` failed and the script stepped
-the file through the interpreter's tensors instead, `_Stepper`); `err`
-is the streaming file's outputs against the Keras offline model's on the
-same audio (max |difference| / max |Keras|, over the W frames after the
-warm-up; the JSON's `err_median` takes the median frame's max
-|difference| instead: in the calibrated modes one early frame can be
-the worst by far), `offline err` the offline file's on that window (what
-the mode costs without streaming), and `export (s)` the two conversions.
+the file through the interpreter's tensors instead,
+`_litert_stream.Stepper`); `err` is the streaming file's outputs
+against the Keras offline model's on the same audio (max |difference|
+/ max |Keras|, over the W frames after the warm-up; the JSON's
+`err_median` takes the median frame's max |difference| instead: in the
+calibrated modes one early frame can be the worst by far), `offline err`
+the offline file's on that window (what the mode costs without
+streaming), and `export (s)` the two conversions.
 
 Sizes (`--sizes`):
 
@@ -81,6 +82,11 @@ import numpy as np  # noqa: E402
 
 import cvattn_keras as cvk  # noqa: E402
 from cvattn_keras.layers import ComplexSTFT  # noqa: E402
+
+# isort: split
+from _litert_stream import Stepper  # noqa: E402
+from _litert_stream import error_text  # noqa: E402
+from _litert_stream import from_file  # noqa: E402
 
 MODES = ("float32", "float16", "dynamic_int8", "int8", "full_int8", "int16x8")
 CALIBRATED = ("int8", "full_int8", "int16x8")
@@ -145,16 +151,6 @@ def _quantization(mode):
     return None if mode == "float32" else mode
 
 
-def _error_text(error):
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
-    # The converter's last line usually names what failed.
-    if len(lines) > 1:
-        text += " ... " + lines[-1]
-    text = f"{type(error).__name__}: {text}"
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
 def _export(model, path, mode, calibration):
     start = time.perf_counter()
     cvk.export.export_tflite(
@@ -194,7 +190,7 @@ def _offline_runner(path, window):
         x = np.clip(np.round(x / scale) + zero_point, info.min, info.max)
     # Sets the input (XNNPACK packs the weights on the first run).
     ((out, value),) = runner(**{name: x.astype(dtype)}).items()
-    return runner, _from_file(value, runner.get_output_details()[out])
+    return runner, from_file(value, runner.get_output_details()[out])
 
 
 def _invoke_seconds(runner, count):
@@ -204,87 +200,6 @@ def _invoke_seconds(runner, count):
     for _ in range(count):
         wrapper.Invoke(index)
     return (time.perf_counter() - start) / count
-
-
-def _to_file(array, detail):
-    """`array` in the dtype of the input `detail` (quantized for an integer
-    input with a scale)."""
-    dtype = np.dtype(detail["dtype"])
-    scale, zero_point = detail["quantization"]
-    if np.issubdtype(dtype, np.integer) and scale:
-        info = np.iinfo(dtype)
-        q = np.round(np.asarray(array, "float64") / scale) + zero_point
-        return np.clip(q, info.min, info.max).astype(dtype)
-    return np.asarray(array).astype(dtype)
-
-
-def _from_file(array, detail):
-    scale, zero_point = detail["quantization"]
-    if np.issubdtype(array.dtype, np.integer) and scale:
-        return (scale * (array.astype("float64") - zero_point)).astype(
-            "float32"
-        )
-    return array
-
-
-class _Stepper:
-    """A streaming file hop by hop on LiteRT, as `TFLiteStream` runs it,
-    through the interpreter's tensors: the fallback where `TFLiteStream`
-    fails (a state of size 0, as a `ComplexSTFT` whose frames do not
-    overlap keeps, cannot be read back through LiteRT's signature
-    runner: "Invalid tensor size")."""
-
-    def __init__(self, path):
-        from ai_edge_litert.interpreter import Interpreter
-
-        interpreter = Interpreter(model_path=path, num_threads=1)
-        self._runner = interpreter.get_signature_runner()
-        inputs = self._runner.get_input_details()
-        outputs = self._runner.get_output_details()
-        self._chunk = inputs["chunk"]
-        self._states = [
-            inputs[name]
-            for name in sorted(
-                (name for name in inputs if name != "chunk"),
-                key=lambda name: int(name.split("_")[1]),
-            )
-        ]
-        self._outputs = [
-            outputs[name]
-            for name in sorted(outputs, key=lambda n: int(n.split("_")[1]))
-        ]
-        self._runner._interpreter_wrapper.AllocateTensors(
-            self._runner._subgraph_index
-        )
-        self.state = [
-            np.zeros(detail["shape"], "float32")
-            if detail["quantization"][0]
-            or np.dtype(detail["dtype"]).kind == "f"
-            else np.zeros(detail["shape"], detail["dtype"])
-            for detail in self._states
-        ]
-
-    def step(self, chunk):
-        wrapper = self._runner._interpreter_wrapper
-        graph = self._runner._subgraph_index
-        wrapper.SetTensor(
-            self._chunk["index"], _to_file(chunk, self._chunk), graph
-        )
-        for detail, array in zip(self._states, self.state):
-            if array.size:  # LiteRT refuses to set an empty tensor
-                wrapper.SetTensor(
-                    detail["index"], _to_file(array, detail), graph
-                )
-        wrapper.Invoke(graph)
-        results = [
-            _from_file(wrapper.GetTensor(detail["index"], graph), detail)
-            if np.prod(detail["shape"])
-            else np.zeros(detail["shape"], "float32")
-            for detail in self._outputs
-        ]
-        count = len(results) - len(self.state)
-        self.state = results[count:]
-        return results[0]
 
 
 def _relative(got, want):
@@ -375,7 +290,7 @@ def benchmark_size(size, modes, args, directory):
                 stream, stream_path, mode, stream_calibration
             )
         except Exception as error:  # noqa: BLE001 (a row, not a crash)
-            row["error"] = "stream: " + _error_text(error)
+            row["error"] = "stream: " + error_text(error)
         # Without a streaming file there is no ratio: the offline file
         # (minutes at the paper's size in the calibrated modes) is skipped.
         try:
@@ -388,7 +303,7 @@ def benchmark_size(size, modes, args, directory):
             pass
         except Exception as error:  # noqa: BLE001
             row["error"] = (
-                row.get("error", "") + " offline: " + _error_text(error)
+                row.get("error", "") + " offline: " + error_text(error)
             ).strip()
         if "error" not in row:
             try:
@@ -406,7 +321,7 @@ def benchmark_size(size, modes, args, directory):
                     )
                 )
             except Exception as error:  # noqa: BLE001
-                row["error"] = "LiteRT: " + _error_text(error)
+                row["error"] = "LiteRT: " + error_text(error)
         for path in (stream_path, offline_path):
             if os.path.exists(path):
                 os.remove(path)
@@ -418,7 +333,7 @@ def benchmark_size(size, modes, args, directory):
     for error in sorted(failed):
         print(
             f"* TFLiteStream failed ({error}): stepped through the "
-            "interpreter's tensors instead (_Stepper)"
+            "interpreter's tensors instead (_litert_stream.Stepper)"
         )
     return rows
 
@@ -451,8 +366,8 @@ def _measure(
         runner = cvk.export.TFLiteStream(stream_path, num_threads=1)
         streamed, step_times = _run(runner, audio, hop)
     except ValueError as error:
-        measured["tflitestream_error"] = _error_text(error)
-        runner = _Stepper(stream_path)
+        measured["tflitestream_error"] = error_text(error)
+        runner = Stepper(stream_path)
         streamed, step_times = _run(runner, audio, hop)
     streamed = streamed[:, warmup:]
     # The stream's signature runner holds the last step's inputs (full
