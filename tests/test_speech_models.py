@@ -238,6 +238,17 @@ def test_enhancer_layers_and_parameters():
     assert magnitude.count_params() == model.count_params()
 
 
+@pytest.mark.parametrize("width, layers", [(8, 1), (48, 2)])
+def test_real_width_count_is_the_models(width, layers):
+    """The count `real_speech_enhancer(width=None)` matches widths by is
+    the built model's."""
+    from cvattn_keras.models.speech import _real_trainable
+
+    model = models.real_speech_enhancer(width=width, num_layers=layers)
+    trainable = sum(math.prod(w.shape) for w in model.trainable_weights)
+    assert _real_trainable(width, 257, 4, layers) == trainable
+
+
 @pytest.mark.parametrize(
     "kwargs, name",
     [

@@ -290,6 +290,22 @@ def _trainable(model):
     return sum(math.prod(w.shape) for w in model.trainable_weights)
 
 
+def _real_trainable(width, bins, heads, layers):
+    """The trainable parameters of `real_speech_enhancer(width=width)`
+    over `bins` bins: the dense layers in and out; per layer 4
+    projections, 2 norms, 2 dense; the per-bin scale (a complex weight per
+    bin). Tested equal to the built model's count."""
+    head_dim = max(1, width // heads)
+    attention = 4 * heads * head_dim * width + 3 * heads * head_dim + width
+    per_layer = attention + 4 * width + 2 * (width * width + width)
+    return (
+        (2 * bins + 1) * width
+        + layers * per_layer
+        + (width + 1) * 2 * bins
+        + 2 * bins
+    )
+
+
 def _matching_width(bins, heads, layers, frame_length, frame_step):
     """The real width (a multiple of `heads`) whose model's trainable
     parameter count is nearest the default complex model's."""
@@ -298,19 +314,11 @@ def _matching_width(bins, heads, layers, frame_length, frame_step):
             frame_length, frame_step, num_heads=heads, num_layers=layers
         )
     )
-
-    def count(width):
-        # Dense in and out, per layer: 4 projections, 2 norms, 2 dense.
-        head_dim = max(1, width // heads)
-        attention = 4 * heads * head_dim * width + 3 * heads * head_dim
-        attention += width
-        per_layer = attention + 4 * width + 2 * (width * width + width)
-        return (
-            (2 * bins + 1) * width + layers * per_layer + (width + 1) * 2 * bins
-        )
-
     widths = range(heads, 64 * heads, heads)
-    return min(widths, key=lambda w: abs(count(w) - target))
+    return min(
+        widths,
+        key=lambda w: abs(_real_trainable(w, bins, heads, layers) - target),
+    )
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
