@@ -48,6 +48,24 @@ def positive_int(value, name, allow_none=False):
     return int(value)
 
 
+def non_negative_int(value, name):
+    """An int >= 0 (bools refused)."""
+    if not _is_int(value) or value < 0:
+        raise ValueError(
+            f"`{name}` must be an int >= 0. Received: {name}={value!r}"
+        )
+    return int(value)
+
+
+def non_negative_float(value, name):
+    """A finite float >= 0 (NaN, inf and bools refused)."""
+    if not _is_real(value) or value < 0:
+        raise ValueError(
+            f"`{name}` must be a finite number >= 0. Received: {name}={value!r}"
+        )
+    return float(value)
+
+
 def boolean(value, name):
     """A bool (NumPy's `bool_` too): not an int, a string or None."""
     if not isinstance(value, bool) and type(value).__name__ != "bool_":

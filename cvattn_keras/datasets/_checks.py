@@ -8,22 +8,8 @@ def _check_positive(**values):
         check.positive_int(value, name)
 
 
-def _non_negative_int(value, name):
-    if not check._is_int(value) or value < 0:
-        raise ValueError(
-            f"`{name}` must be an int >= 0. Received: {name}={value!r}"
-        )
-    return int(value)
-
-
-def _non_negative_finite(value, name):
-    """A finite float >= 0 (NaN and inf refused). Could move to
-    `_validation`."""
-    if not check._is_real(value) or not 0 <= value < float("inf"):
-        raise ValueError(
-            f"`{name}` must be a finite number >= 0. Received: {name}={value!r}"
-        )
-    return float(value)
+_non_negative_int = check.non_negative_int
+_non_negative_finite = check.non_negative_float
 
 
 def _finite_range(value, name):

@@ -364,9 +364,11 @@ class SpeechEnhancementLoss(keras.losses.Loss):
         self.frame_step = check.positive_int(frame_step, "frame_step")
         self.exponent = cl.ComplexCompression(exponent).exponent
         self.magnitude_weight = check.rate(magnitude_weight, "magnitude_weight")
-        self.si_sdr_weight = _non_negative(si_sdr_weight, "si_sdr_weight")
+        self.si_sdr_weight = check.non_negative_float(
+            si_sdr_weight, "si_sdr_weight"
+        )
         trim = self.frame_length if trim is None else trim
-        self.trim = int(_non_negative(trim, "trim", integer=True))
+        self.trim = check.non_negative_int(trim, "trim")
 
     def _spectra(self, x):
         real, imag = ops.stft(
@@ -412,21 +414,6 @@ class SpeechEnhancementLoss(keras.losses.Loss):
             "si_sdr_weight": self.si_sdr_weight,
             "trim": self.trim,
         }
-
-
-def _non_negative(value, name, integer=False):
-    kinds = (int,) if integer else (int, float)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, kinds)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        kind = "an int" if integer else "a finite number"
-        raise ValueError(
-            f"`{name}` must be {kind} >= 0. Received: {name}={value!r}"
-        )
-    return value
 
 
 def _si_sdr(reference, estimate, eps=1e-8):
