@@ -278,6 +278,36 @@ def test_learned_data_weight_gets_finite_gradients():
     assert np.isfinite(grad_weight) and grad_weight != 0
 
 
+@pytest.mark.parametrize("weight", [None, 0.5])
+def test_non_finite_kspace_where_not_sampled_is_ignored(rng, weight):
+    """Regression: NaN and inf in k-space where the mask is 0 made the
+    whole image NaN (a blend by products, and 0 * NaN is NaN). The image
+    is NumPy's for any finite values there, and the gradients (image,
+    k-space, a learned weight) are finite, 0 into the holes of k-space."""
+    image, kspace = _random(rng, (2, 6, 8, 1)), _random(rng, (2, 6, 8, 1))
+    mask = _columns(rng, 2, 6, 8)
+    assert 0 < mask.sum() < mask.size
+    x, k = cvk.to_stacked(image), cvk.to_stacked(kspace)
+    holes = np.broadcast_to(mask[..., None] == 0, k.shape)
+    values = np.array([np.nan, np.inf, -np.inf], "float32")
+    k[holes] = values[np.arange(holes.sum()) % 3]
+    layer = ComplexDataConsistency(
+        data_weight=weight, learn_data_weight=weight is not None
+    )
+    want = _numpy_consistency(image, kspace, mask, "ortho", False, weight)
+    _close(_complex(layer(x, k, mask)), want)
+
+    def loss(x, k):
+        return keras.ops.sum(layer(x, k, mask) ** 2)
+
+    variables = layer.trainable_weights
+    value, (grad_x, grad_k), grad_w = gradients(loss, [x, k], variables)
+    assert np.isfinite(value)
+    assert np.isfinite(grad_x).all() and np.isfinite(grad_k).all()
+    assert all(np.isfinite(g).all() for g in grad_w)
+    assert not grad_k[holes].any() and grad_k[~holes].any()
+
+
 @pytest.mark.slow
 def test_keras_round_trip(rng, tmp_path):
     image = keras.Input((6, 8, 4))

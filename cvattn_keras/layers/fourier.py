@@ -30,18 +30,19 @@ last. Traced for a file that stores weights once (`cvattn_keras.export`,
 products with `[M_i; M_r]` (`complex.matmul_once`): half the constants.
 
 **In TFLite files** that is FULLY_CONNECTED, TRANSPOSE and RESHAPE (and
-MUL, ADD, SUB for the data consistency): builtin ops that every
-quantization mode has, where TFLite has no complex FFT (RFFT2D is real
-input, float only). Against NumPy complex128, on LiteRT (16 x 16
-phantoms through data consistency and a transform, SNR in dB): float32
-137, float16 73 (its DFT matrices stored in float16), int16x8 48 (42 at
-32 x 32; its int8 DFT matrices bound it): usable, full_int8 and int8 24
-(23 at 32 x 32; int8 activations cannot hold a k-space whose zero
-frequency dwarfs the rest): marginal (`tests/test_export_fourier.py`).
-Each transform starts with a transpose of its input: TensorFlow 2.21's
-converter folded a transpose, two reshapes and a transpose (one
-transform's end and the next one's start, when the reshape came first)
-into one reshape, a wrong file for square images.
+MUL, ADD, SUB, with ABS, GREATER and SELECT_V2 but in int16x8 files,
+for the data consistency): builtin ops that every quantization mode has,
+where TFLite has no complex FFT (RFFT2D is real input, float only).
+Against NumPy complex128, on LiteRT (16 x 16 phantoms through data
+consistency and a transform, SNR in dB): float32 137, float16 73 (its
+DFT matrices stored in float16), int16x8 48 (42 at 32 x 32; its int8 DFT
+matrices bound it): usable, full_int8 and int8 24 (23 at 32 x 32; int8
+activations cannot hold a k-space whose zero frequency dwarfs the rest):
+marginal (`tests/test_export_fourier.py`). Each transform starts with a
+transpose of its input: TensorFlow 2.21's converter folded a transpose,
+two reshapes and a transpose (one transform's end and the next one's
+start, when the reshape came first) into one reshape, a wrong file for
+square images.
 
 Gauss's three-product form was measured against it
 (`benchmarks/fft2d_forms.py`: TensorFlow, a shared 2-core CPU, two runs;
@@ -356,7 +357,9 @@ def data_consistency(
         image: stacked `(B, H, W, 2C)` float tensor.
         kspace: the measured k-space, stacked `(B, H, W, 2C)`, in numpy's
             order (centred if `centered`), zero or anything where not
-            sampled (only `a kspace` enters).
+            sampled, NaN and inf included (selected away where the mask
+            is 0, before any product: they reach neither the result nor
+            the gradients).
         sampling_mask: real 0/1 (or bool) `(B, H, W)`, `(B, 1, W)`, `(H,
             W)`, `(1, W)`, ... or the same with a trailing axis of 1:
             any shape that broadcasts to `(B, H, W)` without enlarging it
@@ -381,13 +384,24 @@ def data_consistency(
     centered = check.boolean(centered, "centered")
     predicted = _fft2(ops.cast(image, work), False, norm, centered)
     weight = _as_mask(sampling_mask, rank, work)  # (B, H, W, 1)
+    measured = ops.cast(kspace, work)
+    if not _tracing.lookup_masks():
+        # k-space where the mask is 0 is selected away before any product
+        # (0 * NaN is NaN): what it holds there (NaN, inf) reaches neither
+        # the image nor the gradients (the select's gradient into the
+        # branch not taken is zero, and the branch taken is finite). Not
+        # in int16x8 files, which have no SELECT_V2 and whose int16
+        # inputs hold no NaN or inf: the products alone are the same.
+        # `|m| > 0` is `m != 0`: ABS and GREATER have int8 kernels,
+        # NOT_EQUAL has none in full_int8 files.
+        sampled = ops.greater(ops.abs(weight), 0.0)
+        measured = ops.where(sampled, measured, 0.0)
     if data_weight is not None:
         lam = ops.cast(data_weight, work)
         weight = weight * (lam / (1.0 + lam))
     # (1 - a) k + a k0 rather than k + a (k0 - k): exactly k0 where a = 1
-    # and k where a = 0; products, not a select (no SELECT_V2 in 16-bit
-    # TFLite files).
-    mixed = (1.0 - weight) * predicted + weight * ops.cast(kspace, work)
+    # and k where a = 0.
+    mixed = (1.0 - weight) * predicted + weight * measured
     out = _fft2(mixed, True, norm, centered)
     return ops.cast(out, dtype) if work != dtype else out
 
@@ -544,7 +558,10 @@ class ComplexDataConsistency(keras.layers.Layer):
     noise))`); any norm gives the same image when `kspace` was measured
     with it. Computed in float32 whatever the dtype policy (see
     `ComplexFFT2D`), the result cast to the compute dtype; a blend by
-    products, not a select, so TFLite files of every mode hold it.
+    products, with `kspace` where the mask is 0 selected away first (a
+    select: SELECT_V2, which int16x8 TFLite files lack, so these files
+    keep the products alone, the same numbers for their int16 inputs,
+    which hold no NaN or inf).
 
     Args:
         norm: `"ortho"` (default), `"backward"` or `"forward"`: the norm
@@ -561,7 +578,8 @@ class ComplexDataConsistency(keras.layers.Layer):
     Call arguments:
         image: the predicted image, stacked `(B, H, W, 2C)`.
         kspace: the measured k-space, stacked `(B, H, W, 2C)`; its values
-            where the mask is 0 do not matter.
+            where the mask is 0 do not matter, NaN and inf included
+            (they reach neither the image nor the gradients).
         sampling_mask: real 0/1 or bool, broadcastable to `(B, H, W)`:
             `(B, H, W)`, `(B, 1, W)` (a mask of columns per image), `(H,
             W)`, `(1, W)`, or any of these with a trailing axis of 1
