@@ -21,8 +21,8 @@ take the waveform (their first layer the STFT, frozen). Two tasks
   `metrics.transcription_scores` (AP, frame precision / recall /
   accuracy, onset note F1 at threshold 0.5);
 - generation, the paper's protocol: `music_generator` with every complex
-  variant, and the real baseline `real_generator` (this example's: the
-  library has no real-valued generator), reads the first 43/64 of a
+  variant, and the real baseline `models.real_music_generator`, reads
+  the first 43/64 of a
   window's frames and decodes the notes of the rest; it is evaluated by
   `models.generate(..., feedback="logits")` on the test windows, the
   generated frames scored as above. The table adds the AP with
@@ -245,11 +245,10 @@ NOT_COMPARABLE = (
 # against.
 REAL_BASELINE = "real baseline"
 REAL_GENERATOR = (
-    "The real baseline is this example's `real_generator` (the library has "
-    "no real-valued generator): `real_music_classifier`'s encoder and a "
-    "decoder of real layers (`RealTransformerDecoder`), sqrt(2) times as "
-    "wide as the complex model, trained the same way; it decodes without "
-    "`generate`'s cache."
+    "The real baseline is `models.real_music_generator`: "
+    "`real_music_classifier`'s encoder and a decoder of real layers "
+    "(`RealTransformerDecoder`), sqrt(2) times as wide as the complex "
+    "model, trained the same way; it decodes without `generate`'s cache."
 )
 
 
@@ -612,11 +611,11 @@ def score_models(variants, size, args, transform):
         ] + [
             (
                 REAL_BASELINE,
-                lambda: real_generator(
-                    source,
-                    target,
-                    notes,
-                    transform.get_config(),
+                lambda: cvk.models.real_music_generator(
+                    source_frames=source,
+                    target_frames=target,
+                    notes=notes,
+                    stft=transform.get_config(),
                     **real_size(size),
                 ),
             )
@@ -1298,148 +1297,6 @@ def real_classifier(
         )(layers.Add()([x, h]))
     logits = real_head(x, head_dim, notes, dropout)
     return keras.Model(waveform, logits, name="real_music_classifier")
-
-
-@keras.saving.register_keras_serializable(package="compare_variants")
-class RealTransformerDecoder(keras.layers.Layer):
-    """A real-valued transformer decoder layer, the counterpart of
-    `ComplexTransformerDecoder` as `real_music_classifier`'s encoder
-    layers are of the complex encoder's: post-norm causal self-attention,
-    cross-attention to the encoder's output (`keras.layers.
-    MultiHeadAttention`, `num_heads` heads of `width / num_heads`), and a
-    feed-forward network (Dense, LeakyReLU 0.01, dropout, Dense), each
-    added back and normalised (`keras.layers.LayerNormalization`). Called
-    as `decoder(x, memory)`: `(B, T, width)`, `(B, S, memory width)` ->
-    `(B, T, width)`."""
-
-    def __init__(
-        self,
-        num_heads,
-        intermediate_dim=None,
-        attention_dropout=0.1,
-        dropout=0.1,
-        layer_norm_epsilon=1e-3,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.attention_dropout = attention_dropout
-        self.dropout = dropout
-        self.layer_norm_epsilon = layer_norm_epsilon
-
-    def build(self, x_shape, memory_shape):
-        layers = keras.layers
-        width = x_shape[-1]
-        inner = self.intermediate_dim or width
-        key_dim = width // self.num_heads
-        self.self_attention = layers.MultiHeadAttention(
-            self.num_heads,
-            key_dim,
-            dropout=self.attention_dropout,
-            name="self_attention",
-        )
-        self.self_attention.build(x_shape, x_shape)
-        self.cross_attention = layers.MultiHeadAttention(
-            self.num_heads,
-            key_dim,
-            dropout=self.attention_dropout,
-            name="cross_attention",
-        )
-        self.cross_attention.build(x_shape, memory_shape)
-        self.norms = []
-        for i in range(3):
-            norm = layers.LayerNormalization(
-                epsilon=self.layer_norm_epsilon, name=f"norm_{i + 1}"
-            )
-            norm.build(x_shape)
-            self.norms.append(norm)
-        self.feedforward_in = layers.Dense(inner, name="feedforward_in")
-        self.feedforward_in.build(x_shape)
-        self.feedforward_out = layers.Dense(width, name="feedforward_out")
-        self.feedforward_out.build(tuple(x_shape[:-1]) + (inner,))
-        self.feedforward_dropout = layers.Dropout(self.dropout)
-
-    def call(self, x, memory, training=None):
-        h = self.self_attention(x, x, use_causal_mask=True, training=training)
-        x = self.norms[0](x + h)
-        h = self.cross_attention(x, memory, training=training)
-        x = self.norms[1](x + h)
-        h = keras.ops.leaky_relu(self.feedforward_in(x), 0.01)
-        h = self.feedforward_dropout(h, training=training)
-        return self.norms[2](x + self.feedforward_out(h))
-
-    def compute_output_shape(self, x_shape, memory_shape):
-        return x_shape
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "num_heads": self.num_heads,
-            "intermediate_dim": self.intermediate_dim,
-            "attention_dropout": self.attention_dropout,
-            "dropout": self.dropout,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-        }
-
-
-def real_generator(
-    source_frames,
-    target_frames,
-    notes,
-    stft,
-    embed_dim,
-    num_heads,
-    num_layers,
-    head_dim,
-    frontend_filters,
-    frontend_kernel_sizes,
-    dropout=0.1,
-    feedforward_dropout=0.1,
-):
-    """The real baseline of the generation table, `music_generator`'s
-    architecture in real layers (the library has no real generator): the
-    encoder of `models.real_music_classifier` (its front end, embedding,
-    sinusoidal positions and encoder layers, from the waveform), and the
-    decoder: the previous notes embedded by a Dense (`note_embedding`),
-    sinusoidal positions restarting at 0 (`target_positions`),
-    `num_layers` `RealTransformerDecoder`s (`decoder_{i}`) and the
-    classifier's head (`head_dense`, `head_act`, `head_dropout`,
-    `note_logits`): the layer names `models.FeedbackTraining` trains.
-    `generate` decodes it with `cache=False` (its cached decoding steps
-    `ComplexTransformerDecoder`s). Pass the complex size through
-    `real_size`."""
-    layers = keras.layers
-    classifier = cvk.models.real_music_classifier(
-        frames=source_frames,
-        notes=notes,
-        stft=stft,
-        embed_dim=embed_dim,
-        num_heads=num_heads,
-        num_layers=num_layers,
-        head_dim=head_dim,
-        frontend_filters=frontend_filters,
-        frontend_kernel_sizes=frontend_kernel_sizes,
-        dropout=dropout,
-        feedforward_dropout=feedforward_dropout,
-    )
-    # The classifier's graph up to its last encoder layer (its head is left
-    # out of this model).
-    memory = classifier.get_layer(f"encoder_{num_layers - 1}_norm_2").output
-    previous = keras.Input((target_frames, notes), name="previous_notes")
-    x = layers.Dense(embed_dim, name="note_embedding")(previous)
-    x = cvk.layers.SinusoidalPositionalEncoding(name="target_positions")(x)
-    for i in range(num_layers):
-        x = RealTransformerDecoder(
-            num_heads,
-            attention_dropout=dropout,
-            dropout=feedforward_dropout,
-            name=f"decoder_{i}",
-        )(x, memory)
-    logits = real_head(x, head_dim, notes, dropout)
-    return keras.Model(
-        [classifier.inputs[0], previous], logits, name="real_music_generator"
-    )
 
 
 def streaming_configs(variants, size, args, transform):

@@ -280,7 +280,7 @@ def test_compare_variants_on_scores_smoke(tmp_path, monkeypatch):
             assert all(0 <= float(c) <= 1 for c in scores)
             assert -1 <= float(cells[-1]) <= 1
     text = (out / "generation.md").read_text()
-    assert "`real_generator`" in text
+    assert "`models.real_music_generator`" in text
     assert "| AP (notes fed back) | AP (teacher forced) |" in text
     assert (
         "--generation-training logits --generation-passes 2 --teacher-rate 0 "
@@ -497,112 +497,6 @@ def test_compare_variants_streaming_smoke(tmp_path, monkeypatch):
     saved = json.loads((out / "runs.json").read_text())["summary"]
     assert [r["attention"] for r in saved] == [r["attention"] for r in rows]
     assert saved[2]["ap_streamed"] == list(rows[2]["ap_streamed"])
-
-
-def _np_attention(layer, query, value, causal):
-    """NumPy float64: `keras.layers.MultiHeadAttention` from its weights
-    (inference, no dropout)."""
-
-    def project(dense, x):
-        kernel, bias = (np.asarray(w, np.float64) for w in dense.get_weights())
-        return np.einsum("btd,dhk->bthk", x, kernel) + bias
-
-    q = project(layer._query_dense, query)
-    k = project(layer._key_dense, value)
-    v = project(layer._value_dense, value)
-    logits = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1])
-    if causal:
-        t, s = np.indices(logits.shape[-2:])
-        logits = np.where(s > t, -np.inf, logits)
-    weights = np.exp(logits - logits.max(-1, keepdims=True))
-    weights /= weights.sum(-1, keepdims=True)
-    heads = np.einsum("bhts,bshk->bthk", weights, v)
-    kernel, bias = (
-        np.asarray(w, np.float64) for w in layer._output_dense.get_weights()
-    )
-    return np.einsum("bthk,hkd->btd", heads, kernel) + bias
-
-
-def _np_layer_norm(norm, x):
-    gamma, beta = (np.asarray(w, np.float64) for w in norm.get_weights())
-    mean = x.mean(-1, keepdims=True)
-    variance = x.var(-1, keepdims=True)
-    return (x - mean) / np.sqrt(variance + norm.epsilon) * gamma + beta
-
-
-def test_compare_variants_real_generator(tmp_path):
-    """The generation table's real baseline: its decoder layer against a
-    NumPy float64 computation from its weights (tolerance: float32
-    rounding of order-1 activations), the generator trained by
-    `models.FeedbackTraining` (its passes decode as `generate` without
-    the cache), refused by `generate`'s cache with a clear error, and
-    saved and loaded with safe_mode."""
-    import keras
-
-    import cvattn_keras as cvk
-
-    module = runpy.run_path(os.path.join(EXAMPLES, "compare_variants.py"))
-    rng = np.random.default_rng(0)
-    decoder = module["RealTransformerDecoder"](
-        2, intermediate_dim=12, name="decoder"
-    )
-    x = rng.standard_normal((3, 5, 8))
-    memory = rng.standard_normal((3, 7, 6))
-    got = keras.ops.convert_to_numpy(
-        decoder(x.astype("float32"), memory.astype("float32"))
-    )
-    h = x + _np_attention(decoder.self_attention, x, x, causal=True)
-    h = _np_layer_norm(decoder.norms[0], h)
-    h = h + _np_attention(decoder.cross_attention, h, memory, causal=False)
-    h = _np_layer_norm(decoder.norms[1], h)
-    kernel_in, bias_in = decoder.feedforward_in.get_weights()
-    kernel_out, bias_out = decoder.feedforward_out.get_weights()
-    inner = h @ kernel_in + bias_in
-    inner = np.where(inner > 0, inner, 0.01 * inner)
-    want = _np_layer_norm(decoder.norms[2], h + inner @ kernel_out + bias_out)
-    np.testing.assert_allclose(got, want, atol=1e-5)
-    assert decoder.compute_output_shape((3, 5, 8), (3, 7, 6)) == (3, 5, 8)
-
-    source, target, notes = 6, 4, 5
-    size = module["real_size"](module["TINY"])
-    generator = module["real_generator"](
-        source,
-        target,
-        notes,
-        module["stft"]().get_config(),
-        dropout=0.0,
-        feedforward_dropout=0.0,
-        **size,
-    )
-    samples = generator.inputs[0].shape[1]
-    waveform = rng.standard_normal((2, samples)).astype("float32")
-    _, logits = cvk.models.generate(
-        generator, waveform, feedback="logits", cache=False
-    )
-    labels = (rng.random((2, target, notes)) > 0.5).astype("float32")
-    trainer = cvk.models.FeedbackTraining(generator, passes=target)
-    passes = keras.ops.convert_to_numpy(
-        trainer([waveform, cvk.models.shift_right(labels)])
-    )
-    np.testing.assert_allclose(passes, logits, atol=1e-5)
-    with pytest.raises(ValueError, match="cache=False"):
-        cvk.models.generate(generator, waveform, cache=True)
-
-    # Every weight moved off its initial value (the norms' scales and
-    # offsets, the batch norms' statistics), so that one left unloaded
-    # would show.
-    generator.set_weights(
-        [w + rng.normal(0, 0.1, w.shape) for w in generator.get_weights()]
-    )
-    path = str(tmp_path / "real_generator.keras")
-    generator.save(path)
-    loaded = keras.saving.load_model(path, safe_mode=True)
-    inputs = [waveform, cvk.models.shift_right(labels)]
-    np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(loaded(inputs)),
-        keras.ops.convert_to_numpy(generator(inputs)),
-        atol=1e-6,
-    )
 
 
 def test_compare_variants_paired_lines():

@@ -1,7 +1,11 @@
 """Model builders, one module per family.
 
 - `models.music`: the paper's MusicNet models (`music_classifier`,
-  `music_generator`) and a real-valued baseline (`real_music_classifier`);
+  `music_generator`);
+- `models.real_music`: their real-valued baselines of comparable size,
+  `real_music_classifier` (also causal over a sliding window) and
+  `real_music_generator` (with its decoder layer,
+  `RealTransformerDecoder`);
 - `models.generation`: `generate`, autoregressive decoding with a
   `music_generator` model, `shift_right` (teacher forcing), and
   `FeedbackTraining` (training on the model's own fed-back outputs, as
@@ -30,8 +34,10 @@ from cvattn_keras.models.music import FRONTEND_FILTERS
 from cvattn_keras.models.music import FRONTEND_KERNEL_SIZES
 from cvattn_keras.models.music import music_classifier
 from cvattn_keras.models.music import music_generator
-from cvattn_keras.models.music import real_music_classifier
 from cvattn_keras.models.music import waveform_length
+from cvattn_keras.models.real_music import RealTransformerDecoder
+from cvattn_keras.models.real_music import real_music_classifier
+from cvattn_keras.models.real_music import real_music_generator
 from cvattn_keras.models.speech import RealRotaryAttention
 from cvattn_keras.models.speech import SpeechEnhancementLoss
 from cvattn_keras.models.speech import real_speech_enhancer
@@ -43,6 +49,7 @@ __all__ = [
     "FRONTEND_KERNEL_SIZES",
     "FeedbackTraining",
     "RealRotaryAttention",
+    "RealTransformerDecoder",
     "SpeechEnhancementLoss",
     "MASKS",
     "complex_unet",
@@ -53,6 +60,7 @@ __all__ = [
     "music_generator",
     "real_mri_transformer",
     "real_music_classifier",
+    "real_music_generator",
     "real_speech_enhancer",
     "real_unet",
     "shift_right",

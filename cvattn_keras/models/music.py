@@ -1,12 +1,12 @@
-"""Builders for the paper's MusicNet models and a real-valued baseline.
+"""Builders for the paper's MusicNet models.
 
 Eilers & Jiang (2023, §4) transcribe music from complex STFT frames:
 
 - `music_classifier`: predict the notes of every frame of a sequence;
 - `music_generator`: read the first frames and decode the notes of the
   following ones autoregressively (an encoder-decoder), with `generate`;
-- `real_music_classifier`: the same architecture on real channels, with
-  `keras.layers.MultiHeadAttention`, of comparable size.
+- their real-valued baselines, `real_music_classifier` and
+  `real_music_generator`, are in `models.real_music`.
 
 Sizes are arguments; the defaults are the paper's, read from its code
 (`attention/transformer.py` of the reference): the front end of
@@ -48,7 +48,6 @@ __all__ = [
     "FRONTEND_KERNEL_SIZES",
     "music_classifier",
     "music_generator",
-    "real_music_classifier",
     "waveform_length",
 ]
 
@@ -443,90 +442,3 @@ def music_generator(
         )
     logits = _head(x, head_dim, notes, dropout)
     return keras.Model([source, previous], logits, name=name)
-
-
-def real_music_classifier(
-    frames=64,
-    bins=None,
-    notes=128,
-    embed_dim=456,
-    num_heads=8,
-    num_layers=6,
-    intermediate_dim=None,
-    head_dim=2896,
-    dropout=0.1,
-    feedforward_dropout=0.1,
-    frontend_filters=(23, 45, 91, 91, 181),
-    frontend_kernel_sizes=FRONTEND_KERNEL_SIZES,
-    frontend_strides=2,
-    layer_norm_epsilon=1e-3,
-    stft=None,
-    name="real_music_classifier",
-):
-    """A real-valued baseline of `music_classifier`'s architecture.
-
-    The same stacked input; each frame's bins read as a 2-channel (Re, Im)
-    real signal, with real Conv1D (valid, over the bins) + BatchNorm +
-    LeakyReLU blocks, flattened per frame; a Dense embedding, the
-    sinusoidal positions (added to the first half of the channels),
-    post-norm encoder layers of `keras.layers.MultiHeadAttention` +
-    LayerNormalization + a Dense feed-forward network with dropout, and a
-    Dense head to `notes` logits. A complex weight holds two reals, so
-    widths `sqrt(2)` times the complex model's (456 for 320, 2896 for
-    2048, front-end channels 23 ... 181 for 16 ... 128) give a comparable
-    parameter count.
-
-    `layer_norm_epsilon` is the `keras.layers.LayerNormalization`s'
-    epsilon, positive (default 1e-3, Keras'). `bins` and `stft` are
-    `music_classifier`'s: given a `ComplexSTFT`, the model takes the
-    waveform.
-
-    Returns:
-        An uncompiled `keras.Model`.
-    """
-    layer_norm_epsilon = check.greater_than(
-        layer_norm_epsilon, "layer_norm_epsilon"
-    )
-    layers = keras.layers
-    frontend = _frontend(
-        frontend_filters, frontend_kernel_sizes, frontend_strides
-    )
-    inputs, spectra = _inputs(frames, bins, stft, "spectra")
-    bins = spectra.shape[-1] // 2
-    # (B, T, [Re | Im]) -> (B, T, F, 2): a 2-channel signal per frame.
-    x = layers.Reshape((-1, 2, bins), name="frames_as_signals")(spectra)
-    x = layers.Permute((1, 3, 2), name="channels_last")(x)
-    for i, (channels, kernel, stride) in enumerate(zip(*frontend)):
-        x = layers.TimeDistributed(
-            layers.Conv1D(channels, kernel, strides=stride),
-            name=f"frontend_conv_{i}",
-        )(x)
-        x = layers.BatchNormalization(name=f"frontend_norm_{i}")(x)
-        x = layers.LeakyReLU(0.01, name=f"frontend_act_{i}")(x)
-    x = layers.TimeDistributed(layers.Flatten(), name="frontend_flatten")(x)
-    x = layers.Dense(embed_dim, name="embedding")(x)
-    x = cl.SinusoidalPositionalEncoding(name="positions")(x)
-    for i in range(num_layers):
-        attention = layers.MultiHeadAttention(
-            num_heads,
-            embed_dim // num_heads,
-            dropout=dropout,
-            name=f"encoder_{i}_attention",
-        )(x, x)
-        x = layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_1"
-        )(layers.Add()([x, attention]))
-        h = layers.Dense(intermediate_dim or embed_dim, name=f"encoder_{i}_in")(
-            x
-        )
-        h = layers.LeakyReLU(0.01)(h)
-        h = layers.Dropout(feedforward_dropout)(h)
-        h = layers.Dense(embed_dim, name=f"encoder_{i}_out")(h)
-        x = layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_2"
-        )(layers.Add()([x, h]))
-    x = layers.Dense(head_dim, name="head_dense")(x)
-    x = layers.LeakyReLU(0.01, name="head_act")(x)
-    x = layers.Dropout(dropout, name="head_dropout")(x)
-    logits = layers.Dense(notes, name="note_logits")(x)
-    return keras.Model(inputs, logits, name=name)
