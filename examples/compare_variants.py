@@ -68,11 +68,11 @@ whole test clip, so that every frame sees its full window of past frames.
 The table gives held-out AP (mean +- sample std over seeds) and the paired
 difference by seed, causal minus bidirectional with the same (rotary)
 positions, rotary minus sinusoidal, with its 95% t interval. The real
-baseline with a window is `real_classifier` here (`real_music_classifier`
-rebuilt, tested equal): `keras.layers.MultiHeadAttention(sliding_window=W)`
-called with `use_causal_mask=True`, the band t - W < s <= t of
+baseline with a window is `real_music_classifier(sliding_window=W)`:
+`keras.layers.MultiHeadAttention(sliding_window=W)` called with
+`use_causal_mask=True`, the band t - W < s <= t of
 `ComplexMultiHeadAttention(sliding_window=W)`, and rotary positions by
-`RotaryMultiHeadAttention`. It writes `streaming.md` and `runs.json`,
+`models.RealRotaryAttention`. It writes `streaming.md` and `runs.json`,
 rewritten after each seed (all models seed by seed), so that a run stopped
 early leaves the seeds done, labelled partial.
 
@@ -1157,8 +1157,9 @@ def parse_variants(names):
 WINDOWS = (16, 32, 64)
 # --smoke: 16-frame windows.
 WINDOWS_SMOKE = (4,)
-# The complex model's rotary positions (`music_classifier(positions=
-# "rotary")`: `rotary_max_wavelength=10000`), mirrored in the real one.
+# The rotary positions of `music_classifier(positions="rotary")` and
+# `real_music_classifier(positions="rotary")`: `rotary_max_wavelength=
+# 10000` (written in runs.json).
 ROTARY_WAVELENGTH = 10000.0
 STREAMING_CAVEATS = (
     "Each causal model is scored twice: on the test windows, as the "
@@ -1173,130 +1174,6 @@ STREAMING_CAVEATS = (
     "streaming model takes `ComplexSTFT(center=False)`. No look-ahead: "
     "`sliding_window` offers none."
 )
-
-
-def rotate(x, max_wavelength=ROTARY_WAVELENGTH):
-    """Rotary positions of projected queries or keys `(B, T, N, H)`: the
-    channel pair `(j, j + H // 2)` at position `t` turned by the angle
-    `t * max_wavelength ** (-2 j / H)`, `j < H // 2` (the real counterpart
-    of the complex model's rotary encoding, whose complex channel `j` of
-    `H / 2` turns by `t * w ** (-j / (H / 2))`); the last channel of an odd
-    `H` is left as it is."""
-    ops = keras.ops
-    pairs = x.shape[-1] // 2
-    positions = ops.cast(ops.arange(ops.shape(x)[1]), "float32")
-    frequencies = max_wavelength ** (-2.0 * np.arange(pairs) / x.shape[-1])
-    angles = positions[:, None] * frequencies.astype("float32")[None]
-    cos = ops.cast(ops.cos(angles), x.dtype)[None, :, None]
-    sin = ops.cast(ops.sin(angles), x.dtype)[None, :, None]
-    first, second = x[..., :pairs], x[..., pairs : 2 * pairs]
-    return ops.concatenate(
-        [first * cos - second * sin, second * cos + first * sin]
-        + ([x[..., 2 * pairs :]] if x.shape[-1] % 2 else []),
-        axis=-1,
-    )
-
-
-class RotaryMultiHeadAttention(keras.layers.MultiHeadAttention):
-    """`keras.layers.MultiHeadAttention` with rotary positions: the
-    projected queries and keys rotated (`rotate`) before their product."""
-
-    def _compute_attention(self, query, key, value, *args, **kwargs):
-        return super()._compute_attention(
-            rotate(query), rotate(key), value, *args, **kwargs
-        )
-
-
-def real_head(x, head_dim, notes, dropout):
-    """`real_music_classifier`'s head, its layers and names: Dense
-    (`head_dim`), LeakyReLU 0.01, dropout, Dense to `notes` logits (the
-    names `FeedbackTraining` and `generate` call a generator's by)."""
-    layers = keras.layers
-    x = layers.Dense(head_dim, name="head_dense")(x)
-    x = layers.LeakyReLU(0.01, name="head_act")(x)
-    x = layers.Dropout(dropout, name="head_dropout")(x)
-    return layers.Dense(notes, name="note_logits")(x)
-
-
-def real_classifier(
-    frames,
-    notes,
-    stft,
-    embed_dim,
-    num_heads,
-    num_layers,
-    head_dim,
-    frontend_filters,
-    frontend_kernel_sizes,
-    frontend_strides=2,
-    sliding_window=None,
-    positions="sinusoidal",
-    dropout=0.1,
-    feedforward_dropout=0.1,
-    layer_norm_epsilon=1e-3,
-):
-    """`models.real_music_classifier` from waveforms (the same layers,
-    names and weights; tested equal), with two options of its attention:
-
-    - `sliding_window=W`: every encoder's `keras.layers.MultiHeadAttention
-      (sliding_window=W)` is called with `use_causal_mask=True`, so that
-      frame `t` sees frames `t - W < s <= t` (the band of
-      `ComplexMultiHeadAttention(sliding_window=W)`);
-    - `positions="rotary"`: no sinusoidal positions; the encoders rotate
-      their queries and keys instead (`RotaryMultiHeadAttention`), as the
-      complex model does with `positions="rotary"`.
-
-    `frames=None` takes waveforms of any length."""
-    layers = keras.layers
-    if not isinstance(stft, cvk.layers.ComplexSTFT):
-        stft = cvk.layers.ComplexSTFT.from_config({"name": "stft", **stft})
-    samples = (
-        None if frames is None else cvk.models.waveform_length(stft, frames)
-    )
-    waveform = keras.Input((samples,), name="waveform")
-    spectra = stft(waveform)
-    bins = spectra.shape[-1] // 2
-    x = layers.Reshape((-1, 2, bins), name="frames_as_signals")(spectra)
-    x = layers.Permute((1, 3, 2), name="channels_last")(x)
-    strides = (frontend_strides,) * len(frontend_filters)
-    for i, (channels, kernel, stride) in enumerate(
-        zip(frontend_filters, frontend_kernel_sizes, strides)
-    ):
-        x = layers.TimeDistributed(
-            layers.Conv1D(channels, kernel, strides=stride),
-            name=f"frontend_conv_{i}",
-        )(x)
-        x = layers.BatchNormalization(name=f"frontend_norm_{i}")(x)
-        x = layers.LeakyReLU(0.01, name=f"frontend_act_{i}")(x)
-    x = layers.TimeDistributed(layers.Flatten(), name="frontend_flatten")(x)
-    x = layers.Dense(embed_dim, name="embedding")(x)
-    if positions == "sinusoidal":
-        x = cvk.layers.SinusoidalPositionalEncoding(name="positions")(x)
-    attention_class = (
-        RotaryMultiHeadAttention
-        if positions == "rotary"
-        else layers.MultiHeadAttention
-    )
-    for i in range(num_layers):
-        attention = attention_class(
-            num_heads,
-            embed_dim // num_heads,
-            dropout=dropout,
-            sliding_window=sliding_window,
-            name=f"encoder_{i}_attention",
-        )(x, x, use_causal_mask=sliding_window is not None)
-        x = layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_1"
-        )(layers.Add()([x, attention]))
-        h = layers.Dense(embed_dim, name=f"encoder_{i}_in")(x)
-        h = layers.LeakyReLU(0.01)(h)
-        h = layers.Dropout(feedforward_dropout)(h)
-        h = layers.Dense(embed_dim, name=f"encoder_{i}_out")(h)
-        x = layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_2"
-        )(layers.Add()([x, h]))
-    logits = real_head(x, head_dim, notes, dropout)
-    return keras.Model(waveform, logits, name="real_music_classifier")
 
 
 def streaming_configs(variants, size, args, transform):
@@ -1329,10 +1206,10 @@ def streaming_configs(variants, size, args, transform):
     families.append(
         (
             "real baseline",
-            lambda frames, window, positions: real_classifier(
-                frames,
-                SCORES["notes"],
-                config,
+            lambda frames, window, positions: cvk.models.real_music_classifier(
+                frames=frames,
+                notes=SCORES["notes"],
+                stft=config,
                 sliding_window=window,
                 positions=positions,
                 **real_size(size),

@@ -1,8 +1,9 @@
 """Tests of the real-valued music baselines (`models.real_music`):
 `RealTransformerDecoder` against a NumPy float64 computation from its
 weights, `real_music_generator` trained by `FeedbackTraining`, decoded by
-`generate` and saved, and `real_music_classifier`, moved here: the
-model it built before."""
+`generate` and saved, and `real_music_classifier`'s `sliding_window`:
+causal over its window, and its default builds those of the builder
+before it had the argument."""
 
 import re
 
@@ -198,9 +199,82 @@ def test_generator_bad_arguments():
             )
 
 
+def _classifier(**kwargs):
+    return models.real_music_classifier(
+        bins=BINS, notes=NOTES, dropout=0.0, feedforward_dropout=0.0, **kwargs
+    )
+
+
+def test_sliding_window_hides_frames_outside_it(rng):
+    """With `sliding_window=W` the output at frame t does not change when
+    the frames outside its window change (one encoder layer: frames
+    t - W + 1 to t; the front end reads each frame alone, the batch norms
+    at inference), and does change with a frame inside it."""
+    window, frames, t = 3, 12, 8
+    size = SMALL
+    model = _classifier(frames=frames, sliding_window=window, **size)
+    x = rng.standard_normal((2, frames, 2 * BINS)).astype("float32")
+    first = t - window + 1
+    out = _np(model(x, training=False))
+    changed = x.copy()
+    changed[:, :first] = rng.standard_normal(changed[:, :first].shape)
+    changed[:, t + 1 :] = 100.0
+    np.testing.assert_allclose(
+        _np(model(changed, training=False))[:, t], out[:, t], atol=1e-6
+    )
+    for inside in (first, t):
+        changed = x.copy()
+        changed[:, inside] += 1.0
+        moved = np.abs(_np(model(changed, training=False))[:, t] - out[:, t])
+        assert moved.max() > 1e-3
+    # Without a window every frame sees every other.
+    model = _classifier(frames=frames, **size)
+    out = _np(model(x, training=False))
+    changed = x.copy()
+    changed[:, t + 1 :] = 100.0
+    moved = np.abs(_np(model(changed, training=False))[:, t] - out[:, t])
+    assert moved.max() > 1e-3
+
+
+def test_sliding_window_attention_band_and_positions():
+    """`sliding_window=W`: every encoder's attention sees t - W < s <= t
+    (its scores), rotary by default (`RealRotaryAttention`, no
+    `positions` layer), as `music_classifier`'s `positions`."""
+    model = _classifier(frames=None, sliding_window=3, **SMALL)
+    attention = model.get_layer("encoder_0_attention")
+    assert isinstance(attention, models.RealRotaryAttention)
+    assert attention.rotary_max_wavelength == 10000
+    assert "positions" not in {layer.name for layer in model.layers}
+    frames = np.ones((1, 8, SMALL["embed_dim"]), "float32")
+    _, scores = attention(
+        frames, frames, use_causal_mask=True, return_attention_scores=True
+    )
+    t, s = np.meshgrid(np.arange(8), np.arange(8), indexing="ij")
+    np.testing.assert_array_equal(_np(scores)[0, 0] > 0, (t - 3 < s) & (s <= t))
+    for positions, attention_type, has_positions in (
+        ("sinusoidal", keras.layers.MultiHeadAttention, True),
+        ("none", keras.layers.MultiHeadAttention, False),
+    ):
+        model = _classifier(
+            frames=6, sliding_window=3, positions=positions, **SMALL
+        )
+        layer = model.get_layer("encoder_0_attention")
+        assert type(layer) is attention_type
+        names = {layer.name for layer in model.layers}
+        assert ("positions" in names) is has_positions
+    rotary = _classifier(frames=6, positions="rotary", **SMALL)
+    assert isinstance(
+        rotary.get_layer("encoder_0_attention"), models.RealRotaryAttention
+    )
+    with pytest.raises(ValueError, match="sliding_window=0"):
+        _classifier(frames=6, sliding_window=0, **SMALL)
+    with pytest.raises(ValueError, match="positions='learned'"):
+        _classifier(frames=6, positions="learned", **SMALL)
+
+
 def _real_music_classifier_before(frames, bins, notes, **size):
-    """`models.real_music_classifier` as it was in `models.music` (version
-    0.2.0's development, commit 1a7be40), on
+    """`models.real_music_classifier` as it was before it had
+    `sliding_window` (version 0.2.0's development, commit 1a7be40), on
     spectra, at the default dropouts and epsilon: the reference of the
     default build."""
     layers = keras.layers
@@ -243,10 +317,11 @@ def _real_music_classifier_before(frames, bins, notes, **size):
     return keras.Model(inputs, logits, name="real_music_classifier")
 
 
-def test_default_build_is_the_one_before(rng):
-    """The builder makes the model it made in `models.music`: the same
-    layers and parameter count, the same weights for the same seed and the
-    same outputs, bit for bit."""
+def test_default_build_is_the_one_before_sliding_window(rng):
+    """Without `sliding_window` (and `positions="auto"`), the builder
+    makes the model it made before: the same layers and parameter count,
+    the same weights for the same seed and the same outputs, bit for
+    bit."""
     size = dict(SMALL, num_layers=2)
     keras.utils.set_random_seed(3)
     before = _real_music_classifier_before(6, BINS, NOTES, **size)

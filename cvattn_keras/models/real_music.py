@@ -2,6 +2,8 @@
 
 - `real_music_classifier`: `music_classifier`'s architecture on real
   channels, with `keras.layers.MultiHeadAttention`, of comparable size;
+  causal over a sliding window with `sliding_window`, as the complex
+  model;
 - `real_music_generator`: `music_generator`'s encoder-decoder on real
   channels: `real_music_classifier`'s encoder and `RealTransformerDecoder`
   layers, trained by `FeedbackTraining` and decoded by `generate`
@@ -19,6 +21,8 @@ from cvattn_keras import layers as cl
 from cvattn_keras.models.music import FRONTEND_KERNEL_SIZES
 from cvattn_keras.models.music import _frontend
 from cvattn_keras.models.music import _inputs
+from cvattn_keras.models.music import _positions
+from cvattn_keras.models.speech import RealRotaryAttention
 
 __all__ = [
     "RealTransformerDecoder",
@@ -28,6 +32,8 @@ __all__ = [
 
 # The real models' widths: sqrt(2) times the complex defaults'.
 _REAL_FRONTEND_FILTERS = (23, 45, 91, 91, 181)
+# The complex models' rotary positions (`rotary_max_wavelength=10000`).
+_ROTARY_MAX_WAVELENGTH = 10000
 
 
 def _real_encode(
@@ -40,6 +46,8 @@ def _real_encode(
     dropout,
     feedforward_dropout,
     layer_norm_epsilon,
+    sliding_window=None,
+    positions="sinusoidal",
 ):
     """The real encoder: each frame's bins as a 2-channel (Re, Im) signal
     through Conv1D + BatchNorm + LeakyReLU blocks, flattened; a Dense
@@ -60,14 +68,25 @@ def _real_encode(
         x = layers.LeakyReLU(0.01, name=f"frontend_act_{i}")(x)
     x = layers.TimeDistributed(layers.Flatten(), name="frontend_flatten")(x)
     x = layers.Dense(embed_dim, name="embedding")(x)
-    x = cl.SinusoidalPositionalEncoding(name="positions")(x)
+    if positions == "sinusoidal":
+        x = cl.SinusoidalPositionalEncoding(name="positions")(x)
+    attention_args = {}
+    attention_class = layers.MultiHeadAttention
+    if positions == "rotary":
+        attention_class = RealRotaryAttention
+        attention_args["rotary_max_wavelength"] = _ROTARY_MAX_WAVELENGTH
+    # Causal only with a window: the default graph is the one this builder
+    # made before it had `sliding_window` (the same call arguments).
+    call_args = {} if sliding_window is None else {"use_causal_mask": True}
     for i in range(num_layers):
-        attention = layers.MultiHeadAttention(
+        attention = attention_class(
             num_heads,
             embed_dim // num_heads,
             dropout=dropout,
+            sliding_window=sliding_window,
             name=f"encoder_{i}_attention",
-        )(x, x)
+            **attention_args,
+        )(x, x, **call_args)
         x = layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_1"
         )(layers.Add()([x, attention]))
@@ -110,6 +129,8 @@ def real_music_classifier(
     frontend_strides=2,
     layer_norm_epsilon=1e-3,
     stft=None,
+    sliding_window=None,
+    positions="auto",
     name="real_music_classifier",
 ):
     """A real-valued baseline of `music_classifier`'s architecture.
@@ -136,12 +157,35 @@ def real_music_classifier(
     `music_classifier`'s: given a `ComplexSTFT`, the model takes the
     waveform.
 
+    `sliding_window` and `positions` are `music_classifier`'s:
+
+    - `sliding_window=None` (default): every frame attends to every other
+      (the model of the defaults, unchanged by these two arguments); a
+      positive int `W`: every encoder's attention is
+      `keras.layers.MultiHeadAttention(sliding_window=W)` called with
+      `use_causal_mask=True`, so that frame `t` sees frames
+      `t - W < s <= t` only, the band of
+      `ComplexMultiHeadAttention(sliding_window=W)`. (It does not stream
+      with `cvattn_keras.streaming.to_streaming`, which converts the
+      complex layers; run it over the whole input.)
+    - `positions`: `"auto"` (default: `"sinusoidal"` without
+      `sliding_window`, `"rotary"` with), `"sinusoidal"` (layer
+      `positions` after the embedding), `"rotary"` (no `positions` layer:
+      every encoder's attention is a `RealRotaryAttention` with
+      `rotary_max_wavelength=10000`, turning its projected queries and
+      keys by their positions, as the complex model's rotary attention) or
+      `"none"`.
+
     Returns:
         An uncompiled `keras.Model`.
     """
     layer_norm_epsilon = check.greater_than(
         layer_norm_epsilon, "layer_norm_epsilon"
     )
+    sliding_window = check.positive_int(
+        sliding_window, "sliding_window", allow_none=True
+    )
+    positions = _positions(positions, sliding_window)
     frontend = _frontend(
         frontend_filters, frontend_kernel_sizes, frontend_strides
     )
@@ -156,6 +200,8 @@ def real_music_classifier(
         dropout,
         feedforward_dropout,
         layer_norm_epsilon,
+        sliding_window=sliding_window,
+        positions=positions,
     )
     logits = _real_head(x, head_dim, notes, dropout)
     return keras.Model(inputs, logits, name=name)
