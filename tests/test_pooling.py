@@ -63,6 +63,20 @@ def test_max_pooling_matches_numpy(rng, pool_size, strides, padding):
     )
 
 
+@pytest.mark.parametrize("pool_size, strides, padding", POOLINGS)
+def test_max_pooling_of_an_empty_batch(pool_size, strides, padding):
+    """Regression: a batch of 0 was Keras' "Cannot compute the max of an
+    empty tensor"; it is an empty batch of the output's shape, as the
+    other 2-D layers give."""
+    layer = ComplexMaxPooling2D(pool_size, strides, padding)
+    want = iref.max_pool(
+        np.zeros((0, 7, 8, 3)), layer.pool_size, layer.strides, layer.padding
+    ).shape[:3] + (6,)
+    y = layer(np.zeros((0, 7, 8, 6), "float32"))
+    assert tuple(y.shape) == want == layer.compute_output_shape((0, 7, 8, 6))
+    assert keras.backend.standardize_dtype(y.dtype) == "float32"
+
+
 def test_max_pooling_is_not_real_max_pooling():
     """A real MaxPooling2D of the stacked channels gives 3 + 1j, a value
     not in the window; the complex one gives the window's 3 - 4j."""

@@ -239,7 +239,8 @@ class ComplexMaxPooling2D(_ComplexPooling2D):
 
     Output shape:
         `(B, H', W', 2C)`: `H' = (H - ph) // sh + 1` for `"valid"`,
-        `ceil(H / sh)` for `"same"` (and `W'` alike).
+        `ceil(H / sh)` for `"same"` (and `W'` alike); an empty batch for
+        a batch of 0.
 
     Example:
         One 2 x 2 window of one channel holding `1, 3 - 4j, 1 + 1j, 0.5`
@@ -255,6 +256,12 @@ class ComplexMaxPooling2D(_ComplexPooling2D):
     """
 
     def call(self, inputs):
+        if inputs.shape[0] == 0 and None not in inputs.shape:
+            # An empty batch (eager, where Keras' max refuses empty
+            # tensors): the empty output, an empty slice of the input
+            # (`H' <= H`, `W' <= W`), so it stays connected to it.
+            _, height, width, _ = self.compute_output_shape(inputs.shape)
+            return inputs[:, :height, :width, :]
         keys = ops.stop_gradient(_selection_keys(inputs))  # (B, H, W, C)
         # The parts as planes (B, H, W, 2, C) and the keys (B, H, W, 1, C):
         # one selection takes both parts of a complex value.
