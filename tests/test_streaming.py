@@ -19,6 +19,7 @@ import cvattn_keras as cvk
 from cvattn_keras import attention as att
 from cvattn_keras import layers as cl
 from cvattn_keras import models
+from cvattn_keras.streaming import StreamingModel
 from cvattn_keras.streaming import initial_state
 from cvattn_keras.streaming import run_stream
 from cvattn_keras.streaming import to_streaming
@@ -256,6 +257,46 @@ def test_streaming_denoiser_stft_to_istft(rng):
     assert _relative(streamed[:, 48:], offline[:, 48:stop]) <= RTOL
 
 
+@pytest.mark.parametrize("ffts", [(10,), (16, 8), (10, 8), (8, 16)])
+def test_stfts_at_one_hop_against_numpy(rng, ffts):
+    """STFTs of hop 4 on one waveform (one chunk a step): every one's
+    frame of step k is the NumPy STFT's frame k - warmup_steps of the
+    samples less their first P = (-longest fft_length) mod 4 (P = 2 for
+    a longest of 10: the module docstring's claim; 0 when 4 divides it),
+    and of the samples themselves when P zeros are streamed first. Before,
+    the shorter STFT's frames came warmup steps early (off by 6.3)."""
+    hop, steps = 4, 14
+    x = keras.Input((None,))
+    stfts = [cl.ComplexSTFT(n, hop, center=False) for n in ffts]
+    model = keras.Model(x, [stft(x) for stft in stfts])
+    stream = to_streaming(model)
+    span = max(ffts)
+    warmup, skip = -(-span // hop) - 1, -span % hop
+    assert stream.warmup_steps == warmup
+    samples = [s for s in stream.inputs if "samples" in s.name]
+    assert [tuple(s.shape) for s in samples] == [(None, span - hop)]
+    wave = rng.normal(size=(1, hop * steps)).astype("float64")
+    padded = np.concatenate([np.zeros((1, skip)), wave], 1)
+    for signal, reference in ((wave, wave[:, skip:]), (padded, wave)):
+        chunks = signal[:, : hop * (signal.shape[1] // hop)]
+        streamed, _ = run_stream(
+            stream, chunks.reshape(1, -1, hop).astype("float32")
+        )
+        streamed = streamed if len(stfts) > 1 else [streamed]
+        for out, stft in zip(streamed, stfts, strict=True):
+            n = stft.fft_length
+            want = ref.stft(reference, n, hop, n, False, None, None)
+            got = cvk.from_stacked(out[:, warmup:], "complex128")
+            frames = min(got.shape[1], want.shape[1])
+            assert frames >= steps - warmup - 1
+            assert _relative(got[:, :frames], want[:, :frames]) <= RTOL
+            if skip and n == span and signal is wave:
+                # The claim before: the offline model on the samples
+                # after P leading zeros. It is not.
+                off = ref.stft(padded, n, hop, n, False, None, None)
+                assert _relative(got[:, :frames], off[:, :frames]) > 0.1
+
+
 def test_stream_of_the_music_classifier(rng):
     model = models.music_classifier(
         frames=None,
@@ -394,6 +435,13 @@ def test_stream_saves_compiles_and_runs_mixed(tmp_path, rng):
     loaded = keras.saving.load_model(path, safe_mode=True)
     got, _ = run_stream(loaded, chunks)
     np.testing.assert_array_equal(got, want)
+    # It is a StreamingModel again: it still says how to run it.
+    assert isinstance(loaded, StreamingModel)
+    assert (loaded.warmup_steps, loaded.chunk_shape) == (3, (16,))
+    for mine, theirs in zip(
+        loaded.initial_state(2), stream.initial_state(2), strict=True
+    ):
+        assert (mine.shape, mine.dtype) == (theirs.shape, theirs.dtype)
     # Compiled with XLA (tf.function or jax.jit), step by step.
     step = compiled(lambda *inputs: stream(list(inputs)))
     if step is not None:

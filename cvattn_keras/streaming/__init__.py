@@ -13,8 +13,9 @@ mode) that runs under any delegate, and to ONNX; `TFLiteStream` in
 
 What streams, and the state each keeps:
 
-- `ComplexSTFT(center=False)`, the first layer: the last `fft_length -
-  frame_step` samples;
+- `ComplexSTFT(center=False)`, the first layer (several on the waveform,
+  at one `frame_step`, share it): the last `fft_length - frame_step`
+  samples (the longest `fft_length`);
 - `ComplexMultiHeadAttention(sliding_window=W)` as causal self-attention,
   and `ComplexTransformerEncoder(sliding_window=W)`: the projected keys
   and values of the last `W - 1` frames;
@@ -34,8 +35,14 @@ output for frame `k - warmup_steps` (`stream.warmup_steps`: 0 for
 spectra; `ceil(fft_length / frame_step) - 1` after an STFT, whose first
 frames would reach before the stream's first sample: discard those
 steps' outputs). For an STFT model, that is the offline model on the same
-samples when `frame_step` divides `fft_length` (otherwise on the samples
-after `frame_step - fft_length % frame_step` leading zeros). A model
+samples when `frame_step` divides `fft_length`; otherwise it is the
+offline model on the samples less their first `P = frame_step -
+fft_length % frame_step` (a step's frame ends with the hop just
+arrived, so the stream's frames start `P` samples after the offline
+model's): prepend `P` zeros to the stream's samples to get the offline
+model on all of them. Two or more STFTs on the waveform must share
+`frame_step` (one chunk a step); their frames all come out at the same
+step, the longest `fft_length`'s warm-up and `P` for all. A model
 ending in `ComplexISTFT` emits `frame_step` samples a step: those of the
 frame just completed, `fft_length` samples after the input's (the
 algorithmic latency of an STFT-ISTFT model); its first
@@ -53,18 +60,29 @@ rotary positions with the bilinear product (scores depending on `t + s`)
 would grow without bound: `to_streaming` refuses them.
 
 What cannot stream raises a `ValueError` naming the layer and the reason:
-attention without a sliding window or not causal, a centred STFT, a
-convolution over time that looks ahead or strides, a pooling, flatten or
-any layer that mixes frames and is not in the table.
-"""
+attention without a sliding window or not causal, a centred STFT, STFTs
+at two `frame_step`s, a convolution over time that looks ahead or
+strides, a pooling, flatten or any layer that mixes frames and is not in
+the table; a constant with a time axis (`x + table` with `table` of
+shape `(1, T, D)`, a `(1, T, 1)` mask: a step would take all of it onto
+one frame), and samples `(B, L)` (the waveform, an inverse STFT's
+output) in anything but an elementwise layer or op (their last axis is
+time).
 
-import functools
+A stream is a `StreamingModel`, a functional `keras.Model` that reads
+its `warmup_steps`, `chunk_shape` and `initial_state` from its graph: a
+stream saved to `.keras` and loaded back (`safe_mode=True` too) still
+has them.
+"""
 
 import keras
 import numpy as np
 
+from cvattn_keras import _validation as validation
 from cvattn_keras.streaming import _layers
+from cvattn_keras.streaming._convert import StreamingModel
 from cvattn_keras.streaming._convert import to_streaming as _to_streaming
+from cvattn_keras.streaming._convert import zero_state
 from cvattn_keras.streaming._layers import FrameCounter
 from cvattn_keras.streaming._layers import StreamingAttention
 from cvattn_keras.streaming._layers import StreamingConv1D
@@ -78,6 +96,7 @@ __all__ = [
     "StreamingConv1D",
     "StreamingEncoder",
     "StreamingISTFT",
+    "StreamingModel",
     "StreamingSTFT",
     "calibration_data",
     "initial_state",
@@ -99,13 +118,14 @@ def to_streaming(model):
             `music_classifier(..., sliding_window=W)`).
 
     Returns:
-        A `keras.Model` with inputs `[chunk, *state]` and outputs
-        `[outputs, *state]` (the state in the same order and shapes, each
-        input named `state_NN_<layer>_<kind>`), sharing `model`'s weights.
-        It has `initial_state(batch_size)` (the zero state, a list of
-        arrays in input order), `warmup_steps` (the steps whose outputs
-        come before the offline model's first frame) and
-        `chunk_shape`.
+        A `StreamingModel` (a functional `keras.Model`) with inputs
+        `[chunk, *state]` and outputs `[outputs, *state]` (the state in
+        the same order and shapes, each input named
+        `state_NN_<layer>_<kind>`), sharing `model`'s weights. It has
+        `initial_state(batch_size)` (the zero state, a list of arrays in
+        input order), `warmup_steps` (the steps whose outputs come before
+        the offline model's first frame) and `chunk_shape`, read from its
+        graph: they survive saving to `.keras` and loading back.
 
     Raises:
         ValueError: naming the layer and the reason, for what cannot
@@ -123,27 +143,16 @@ def to_streaming(model):
         >>> tuple(out.shape), [tuple(s.shape) for s in state]
         ((1, 1, 8), [(1, 3), (1, 3, 2, 4), (1, 3, 2, 4)])
     """
-    stream, warmup, outputs = _to_streaming(model)
-    stream.warmup_steps = warmup
-    stream.chunk_shape = tuple(stream.inputs[0].shape[1:])
-    stream.initial_state = functools.partial(initial_state, stream)
-    return stream
+    return _to_streaming(model)
 
 
 def initial_state(stream, batch_size=1):
     """The zero state of `stream` (from `to_streaming`, or reloaded from a
     file) for `batch_size` parallel streams: a list of float arrays, in
     the order of its inputs after the chunk (float, but the frame
-    counter's bools)."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(
-            "`batch_size` must be a positive int. Received: "
-            f"batch_size={batch_size!r}"
-        )
-    return [
-        np.zeros((batch_size,) + tuple(x.shape[1:]), x.dtype)
-        for x in stream.inputs[1:]
-    ]
+    counter's bools). `batch_size`: a Python or NumPy int (not a
+    bool)."""
+    return zero_state(stream, batch_size)
 
 
 def _check_chunks(stream, chunks):
@@ -207,7 +216,7 @@ def calibration_data(stream, chunks, state=None, skip=0):
     counter's length). Pass the result to `export_tflite(stream, ...,
     representative_data=...)`."""
     chunks = _check_chunks(stream, chunks)
-    if not isinstance(skip, int) or not 0 <= skip < chunks.shape[1]:
+    if not validation._is_int(skip) or not 0 <= skip < chunks.shape[1]:
         raise ValueError(
             "`skip` must be an int in [0, steps) and `chunks` longer than "
             f"it (steps = {chunks.shape[1]}). Received: skip={skip!r}"

@@ -1,7 +1,9 @@
 """`to_streaming`: a functional model's graph, rebuilt one step at a time."""
 
 import keras
+import numpy as np
 
+from cvattn_keras import _validation as validation
 from cvattn_keras import layers as cl
 from cvattn_keras.streaming import _layers as sl
 
@@ -68,6 +70,23 @@ _ELEMENTWISE_OPS = {
     "Tanh",
     "TrueDivide",
 }
+# Layers that act on each value alone: the only ones (with the ops above)
+# that may take samples `(B, L)` (a waveform, an inverse STFT's output),
+# whose last axis is time.
+_PER_SAMPLE = (
+    keras.layers.Add,
+    keras.layers.Average,
+    keras.layers.Dropout,
+    keras.layers.GaussianDropout,
+    keras.layers.GaussianNoise,
+    keras.layers.Identity,
+    keras.layers.LeakyReLU,
+    keras.layers.Maximum,
+    keras.layers.Minimum,
+    keras.layers.Multiply,
+    keras.layers.ReLU,
+    keras.layers.Subtract,
+)
 
 
 def _refuse(layer, reason):
@@ -114,6 +133,85 @@ def _no_extras(layer, kwargs, names):
             )
 
 
+def _operands(args, kwargs):
+    """The operands of a call: its arguments, a list of tensors (a merge
+    layer's) opened."""
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, (list, tuple)) and any(
+            isinstance(v, keras.KerasTensor) for v in value
+        ):
+            yield from value
+        else:
+            yield value
+
+
+def _shape(value):
+    """The shape of a constant operand (an array, a tensor, a nested list),
+    `()` for what has none (a scalar, a dtype, None)."""
+    if hasattr(value, "shape") and not callable(value.shape):
+        return tuple(value.shape)
+    try:
+        return np.shape(value)
+    except ValueError:  # a ragged list: no shape to broadcast
+        return ()
+
+
+def _per_sample(layer):
+    if isinstance(layer, keras.layers.Activation):
+        name = getattr(layer.activation, "__name__", "")
+        return "softmax" not in name  # softmax, log_softmax: the last axis
+    if isinstance(layer, keras.layers.Layer):
+        return isinstance(layer, _PER_SAMPLE)
+    return type(layer).__name__ in _ELEMENTWISE_OPS
+
+
+def _check_operands(layer, args, kwargs):
+    """Refuses a per-frame layer or op whose operands hold a time axis the
+    step would take whole: a constant that broadcasts along the frames'
+    (or samples') time axis (axis 1), and samples `(B, L)`, whose last
+    axis is time, in a layer that acts along the last axis."""
+    tensors, constants = [], []
+    for value in _operands(args, kwargs):
+        if isinstance(value, keras.KerasTensor):
+            tensors.append(value)
+        else:
+            constants.append(value)
+    if not tensors:
+        return
+    rank = max(len(x.shape) for x in tensors)
+    for constant in constants:
+        shape = _shape(constant)
+        axis = len(shape) - rank + 1  # the constant's axis on time
+        if len(shape) > rank:
+            _refuse(
+                layer,
+                f"it takes a constant of shape {shape}, of more axes than "
+                f"its tensors (rank {rank}): the result would gain axes "
+                "in front of the batch, and time would move off axis 1.",
+            )
+        if axis >= 0 and shape[axis] != 1:
+            _refuse(
+                layer,
+                f"it takes a constant of shape {shape} against tensors of "
+                f"rank {rank}: the constant's axis {axis} lines up with "
+                "time (axis 1), so each step would take the whole of it "
+                "instead of its frame (a table or mask over time, as "
+                "absolute positions are). Give the constant size 1 on that "
+                "axis (the same for every frame), or apply it to the "
+                "stream's outputs yourself, frame by frame.",
+            )
+    if any(len(x.shape) == 2 for x in tensors) and not _per_sample(layer):
+        _refuse(
+            layer,
+            "it takes samples (B, L), a waveform or an inverse STFT's "
+            "output, whose last axis is time: a step holds one hop of "
+            "them, and a layer that acts along the last axis (or is not "
+            "known to act on each value alone) would see that hop "
+            "instead of the whole signal. Only elementwise layers and ops "
+            "may take samples.",
+        )
+
+
 class _Builder:
     """Walks the offline graph, calling each layer's step on the stream's
     tensors and collecting the states."""
@@ -123,6 +221,10 @@ class _Builder:
         self.states = []  # [name, input tensor, new tensor]
         self.names = {}  # step names used so far
         self.clock = None  # see _layers: (B, horizon + 1) bool
+        self.chunk = None
+        self.hop = None  # a waveform's chunk: the STFTs' frame_step
+        self.span = None  # the longest fft_length of the STFTs
+        self.samples = None  # the STFTs' shared state, and its slot
 
     def state(self, owner, kind, shape, dtype):
         owner = getattr(owner, "name", owner)
@@ -153,6 +255,7 @@ class _Builder:
             )
         if isinstance(layer, cl.ComplexSTFT):
             return self._stft(layer, args, kwargs)
+        _check_operands(layer, args, kwargs)
         if isinstance(layer, cl.ComplexISTFT):
             return self._istft(layer, args)
         if isinstance(layer, cl.ComplexTransformerEncoder):
@@ -220,19 +323,37 @@ class _Builder:
                 "frame_step, so it needs fft_length // 2 samples from the "
                 "future); build it with center=False.",
             )
-        if args[0] is not self.chunk:
+        if args[0] is not self.chunk or self.hop is None:
             _refuse(
                 layer,
                 "a ComplexSTFT streams only as the first layer, "
                 "on the waveform input.",
             )
-        step = sl.StreamingSTFT(layer, name=self.step_name(layer))
-        size = layer.fft_length - layer.frame_step
-        if size <= 0:  # frames that do not overlap: no state
+        if layer.frame_step != self.hop:
+            _refuse(
+                layer,
+                f"its frame_step ({layer.frame_step}) differs from the "
+                f"first ComplexSTFT's ({self.hop}): a stream takes one "
+                "chunk of samples a step, which cannot feed two frame "
+                "rates. Give every STFT of the waveform the same "
+                "frame_step, or stream them as separate models.",
+            )
+        # Every STFT keeps the longest one's samples (one state, shared)
+        # and takes the first `fft_length` of them: all give the frame of
+        # the same step, `warmup_steps` late.
+        step = sl.StreamingSTFT(
+            layer, span=self.span, name=self.step_name(layer)
+        )
+        if self.span <= self.hop:  # frames that do not overlap: no state
             return step(args[0])
-        samples, slot = self.state(layer, "samples", (size,), "float32")
+        if self.samples is None:
+            self.samples = self.state(
+                layer, "samples", (self.span - self.hop,), "float32"
+            )
+        samples, slot = self.samples
         frame, new = step(args[0], samples)
-        self.update(slot, new)
+        if self.states[slot][2] is None:
+            self.update(slot, new)
         return frame
 
     def _istft(self, layer, args):
@@ -367,13 +488,61 @@ def _functional(model):
     return model
 
 
+def zero_state(stream, batch_size):
+    """See `cvattn_keras.streaming.initial_state`."""
+    if not validation._is_int(batch_size) or batch_size < 1:
+        raise ValueError(
+            "`batch_size` must be a positive int (a Python or NumPy "
+            f"integer, not a bool). Received: batch_size={batch_size!r}"
+        )
+    return [
+        np.zeros((int(batch_size),) + tuple(x.shape[1:]), x.dtype)
+        for x in stream.inputs[1:]
+    ]
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class StreamingModel(keras.Model):
+    """A stream from `to_streaming`: a functional `keras.Model` with inputs
+    `[chunk, *state]` and outputs `[outputs, *state]`, which knows how to
+    run itself. What it knows is read from its graph (the frame counter's
+    warm-up, the inputs' shapes), so a stream saved to `.keras` and loaded
+    back (`keras.saving.load_model`, `safe_mode=True` too) is a
+    `StreamingModel` again, with the same `warmup_steps`, `chunk_shape`
+    and `initial_state`."""
+
+    @property
+    def warmup_steps(self):
+        """The steps whose outputs come before the offline model's first
+        frame: step `k` gives frame `k - warmup_steps`."""
+        for layer in self.layers:
+            if isinstance(layer, sl.FrameCounter):
+                return layer.warmup
+        raise ValueError(
+            f"{self.name!r} has no FrameCounter layer: not a stream made "
+            "by `to_streaming`."
+        )
+
+    @property
+    def chunk_shape(self):
+        """The shape of one step's chunk, less the batch: `(1, D)` (a
+        frame) or `(frame_step,)` (a hop of samples)."""
+        return tuple(self.inputs[0].shape[1:])
+
+    def initial_state(self, batch_size=1):
+        """The zero state for `batch_size` parallel streams (see
+        `cvattn_keras.streaming.initial_state`)."""
+        return zero_state(self, batch_size)
+
+
 def _timing(model):
     """`(warmup, horizon)`: the steps before the first whole frame (a
     `ComplexSTFT`'s), and how far back any layer looks, in frames."""
     warmup, horizon = 0, 1
     for layer in model._flatten_layers(include_self=False, recursive=True):
-        if isinstance(layer, cl.ComplexSTFT):
-            warmup = -(-layer.fft_length // layer.frame_step) - 1
+        if isinstance(layer, cl.ComplexSTFT):  # the longest one's
+            reach = -(-layer.fft_length // layer.frame_step) - 1
+            warmup = max(warmup, reach)
         if isinstance(layer, cl.ComplexISTFT):
             reach = -(-layer.frame_length // layer.frame_step)
             horizon = max(horizon, reach - 1)
@@ -402,6 +571,12 @@ def to_streaming(model):
                 f"{[layer.name for layer in model.layers[:2]]}"
             )
         chunk = keras.Input((stfts[0].frame_step,), name="chunk")
+        builder.hop = stfts[0].frame_step
+        builder.span = max(
+            layer.fft_length
+            for layer in stfts
+            if layer.frame_step == builder.hop
+        )
     elif len(shape) == 3 and shape[-1] is not None:
         chunk = keras.Input((1, shape[-1]), dtype=source.dtype, name="chunk")
     else:
@@ -430,5 +605,4 @@ def to_streaming(model):
     outputs = [tensors[id(x)] for x in model.outputs]
     inputs = [chunk] + [state[1] for state in builder.states]
     news = [state[2] for state in builder.states]
-    stream = keras.Model(inputs, outputs + news, name=f"{model.name}_stream")
-    return stream, warmup, len(outputs)
+    return StreamingModel(inputs, outputs + news, name=f"{model.name}_stream")

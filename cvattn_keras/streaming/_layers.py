@@ -116,19 +116,38 @@ class FrameCounter(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package="cvattn_keras")
 class StreamingSTFT(_StreamStep):
     """`ComplexSTFT(center=False)` one hop at a time: the state is the last
-    `fft_length - frame_step` samples; each hop of `frame_step` samples
-    completes one frame, the transform of the last `fft_length` samples.
-    Frames that do not overlap (`frame_step >= fft_length`) keep no state
-    (`samples=None`): a frame is the hop's last `fft_length` samples."""
+    `span - frame_step` samples (`span`, the longest `fft_length` of the
+    stream's STFTs, all at the same hop: this one's by default); each hop
+    of `frame_step` samples completes one frame, the transform of the
+    first `fft_length` of the last `span` samples (the last `fft_length`
+    when `span == fft_length`), so that every STFT of the stream gives the
+    same frame at the same step. Frames that do not overlap (`frame_step
+    >= span`) keep no state (`samples=None`): the window is the hop's last
+    `span` samples."""
+
+    def __init__(self, layer, span=None, **kwargs):
+        super().__init__(layer, **kwargs)
+        fft_length = self.layer.fft_length
+        self.span = fft_length if span is None else int(span)
+        if self.span < fft_length:
+            raise ValueError(
+                f"`span` must be at least the STFT's fft_length "
+                f"({fft_length}). Received: span={span!r}"
+            )
+
+    def _frame(self, window, start):
+        stop = start + self.layer.fft_length
+        if (start, stop) != (0, window.shape[1]):
+            window = _cut(window, start, stop)
+        return self.layer(window)  # (B, 1, 2F)
 
     def call(self, hop, samples=None):
         hop = ops.cast(hop, "float32")
         if samples is None:
-            start = self.layer.frame_step - self.layer.fft_length
-            return self.layer(_cut(hop, start, None) if start else hop)
+            return self._frame(hop, self.layer.frame_step - self.span)
         _check_batch(hop, samples, "samples")
-        window = ops.concatenate([samples, hop], 1)
-        frame = self.layer(window)  # (B, 1, 2F)
+        window = ops.concatenate([samples, hop], 1)  # (B, span)
+        frame = self._frame(window, 0)
         return frame, _cut(window, self.layer.frame_step, None)
 
     def compute_output_spec(self, hop, samples=None):
@@ -139,6 +158,9 @@ class StreamingSTFT(_StreamStep):
         if samples is None:
             return frame
         return frame, keras.KerasTensor(samples.shape, samples.dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "span": self.span}
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
