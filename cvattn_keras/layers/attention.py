@@ -16,6 +16,9 @@ from cvattn_keras.layers._attention_masks import (
     check_attention_mask_shape as _check_attention_mask_shape,
 )
 from cvattn_keras.layers._attention_masks import mask_shape as _mask_shape
+from cvattn_keras.layers._options import attention_options_config
+from cvattn_keras.layers._options import resolve_attention_options
+from cvattn_keras.layers._options import set_options
 from cvattn_keras.layers._projections import block_einsum
 from cvattn_keras.layers._projections import gauss_einsum
 from cvattn_keras.layers._projections import matmul_once
@@ -232,9 +235,13 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
-        sliding_window = core.resolve_sliding_window(sliding_window)
-        complex_matmul = cx.resolve_complex_matmul(complex_matmul)
-        chunk_size = core.resolve_chunk_size(chunk_size)
+        options = resolve_attention_options(
+            seed,
+            rotary_max_wavelength,
+            chunk_size,
+            complex_matmul,
+            sliding_window,
+        )
         key_dim = check.positive_int(key_dim, "key_dim")
         value_dim = check.positive_int(value_dim, "value_dim", allow_none=True)
         output_dim = check.positive_int(
@@ -244,10 +251,6 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         product = core.resolve_product(product)
         dropout = check.rate(dropout, "dropout")
         scale = check.greater_than(scale, "scale", allow_none=True)
-        seed = check.seed(seed)
-        rotary_max_wavelength = check.greater_than(
-            rotary_max_wavelength, "rotary_max_wavelength", 1.0, True
-        )
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.supports_masking = True
         self.num_heads = num_heads
@@ -269,18 +272,16 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             kernel_constraint=kernel_constraint,
             bias_constraint=bias_constraint,
         )
-        self.seed = seed
-        self.rotary_max_wavelength = rotary_max_wavelength
-        self.chunk_size = chunk_size
-        self.complex_matmul = complex_matmul
-        self.sliding_window = sliding_window
+        set_options(self, options)
         self.rotary = None
-        if rotary_max_wavelength is not None:
+        if self.rotary_max_wavelength is not None:
             self.rotary = ComplexRotaryEmbedding(
-                rotary_max_wavelength, dtype=self.dtype_policy, name="rotary"
+                self.rotary_max_wavelength,
+                dtype=self.dtype_policy,
+                name="rotary",
             )
         self.seed_generator = (
-            keras.random.SeedGenerator(seed) if self.dropout > 0 else None
+            keras.random.SeedGenerator(self.seed) if self.dropout > 0 else None
         )
 
     # ------------------------------------------------------------------
@@ -873,11 +874,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                 "output_dim": self.output_dim,
                 "scale": self._scale_arg,
                 **weight_options_config(self),
-                "seed": self.seed,
-                "rotary_max_wavelength": self.rotary_max_wavelength,
-                "chunk_size": self.chunk_size,
-                "complex_matmul": self.complex_matmul,
-                "sliding_window": self.sliding_window,
+                **attention_options_config(self),
             }
         )
         return config

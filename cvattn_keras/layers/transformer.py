@@ -3,17 +3,18 @@
 import keras
 
 from cvattn_keras import _validation as check
-from cvattn_keras import activations
 from cvattn_keras import attention as core
-from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
 from cvattn_keras.layers._attention_masks import (
     check_attention_mask_shape as _check_attention_mask_shape,
 )
 from cvattn_keras.layers._attention_masks import mask_shape as _mask_shape
+from cvattn_keras.layers._options import activation_layer
+from cvattn_keras.layers._options import attention_options_config
+from cvattn_keras.layers._options import check_activation
+from cvattn_keras.layers._options import resolve_attention_options
+from cvattn_keras.layers._options import set_options
 from cvattn_keras.layers._weights import resolve_option
-from cvattn_keras.layers.activations import ComplexActivation
-from cvattn_keras.layers.activations import ModReLU
 from cvattn_keras.layers.attention import ComplexMultiHeadAttention
 from cvattn_keras.layers.dense import ComplexDense
 from cvattn_keras.layers.dropout import ComplexDropout
@@ -66,27 +67,20 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
-        sliding_window = core.resolve_sliding_window(sliding_window)
-        chunk_size = core.resolve_chunk_size(chunk_size)
-        complex_matmul = cx.resolve_complex_matmul(complex_matmul)
+        options = resolve_attention_options(
+            seed,
+            rotary_max_wavelength,
+            chunk_size,
+            complex_matmul,
+            sliding_window,
+        )
         intermediate_dim = check.positive_int(
             intermediate_dim, "intermediate_dim", allow_none=True
         )
         key_dim = check.positive_int(key_dim, "key_dim", allow_none=True)
         dropout = check.rate(dropout, "dropout")
         attention_dropout = check.rate(attention_dropout, "attention_dropout")
-        if not isinstance(activation, str):
-            raise ValueError(
-                "`activation` must be the name of a complex activation or "
-                f"'modrelu'. Received: activation={activation!r}"
-            )
-        activation = activation.lower()
-        if activation != "modrelu":
-            activations.get(activation)  # raises for unknown names
-        seed = check.seed(seed)
-        rotary_max_wavelength = check.greater_than(
-            rotary_max_wavelength, "rotary_max_wavelength", 1.0, True
-        )
+        activation = check_activation(activation)
         if normalization not in _NORMALIZATIONS:
             raise ValueError(
                 f"`normalization` must be one of {list(_NORMALIZATIONS)}. "
@@ -114,11 +108,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         self.bias_initializer = resolve_option(
             "bias_initializer", bias_initializer
         )
-        self.seed = seed
-        self.rotary_max_wavelength = rotary_max_wavelength
-        self.chunk_size = chunk_size
-        self.complex_matmul = complex_matmul
-        self.sliding_window = sliding_window
+        set_options(self, options)
 
     def _features(self, shape):
         features = _features(shape, type(self).__name__)
@@ -191,14 +181,9 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             **self._initializers("feedforward_in"),
             **self._common("feedforward_in"),
         )
-        if self.activation == "modrelu":
-            self.feedforward_activation = ModReLU(
-                **self._common("feedforward_activation")
-            )
-        else:
-            self.feedforward_activation = ComplexActivation(
-                self.activation, **self._common("feedforward_activation")
-            )
+        self.feedforward_activation = activation_layer(
+            self.activation, **self._common("feedforward_activation")
+        )
         self.feedforward_dropout = ComplexDropout(
             self.dropout,
             seed=self._seed("feedforward_dropout"),
@@ -274,11 +259,7 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             "bias_initializer": keras.initializers.serialize(
                 self.bias_initializer
             ),
-            "seed": self.seed,
-            "rotary_max_wavelength": self.rotary_max_wavelength,
-            "chunk_size": self.chunk_size,
-            "complex_matmul": self.complex_matmul,
-            "sliding_window": self.sliding_window,
+            **attention_options_config(self),
         }
 
 
@@ -436,41 +417,22 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
 
     Args:
         num_heads: positive int, attention heads.
-        intermediate_dim: complex width of the feed-forward network.
-            Defaults to E, the input's (the reference: E -> E -> E).
-        key_dim: complex width of each head. Defaults to `E // num_heads`.
-        softmax: the attention variant's softmax (see
-            `ComplexMultiHeadAttention`). Defaults to `"real"`.
-        product: the attention variant's product (see
-            `ComplexMultiHeadAttention`). Defaults to `"inner"`.
-        dropout: dropout rate after the feed-forward activation (one mask
-            per complex feature). Defaults to 0.
-        attention_dropout: dropout rate on the attention weights. Defaults
-            to 0 (the reference's MusicNet models use 0.1).
-        activation: the feed-forward activation: a name from
-            `cvattn_keras.activations` or `"modrelu"`. Defaults to
-            `"split_leaky_relu"`, the reference's "CReLU".
-        norm_first: pre-norm (`x + f(norm(x))`) if `True`; the reference is
-            post-norm (`norm(x + f(x))`, default).
-        normalization: `"whitening"` (the paper's, default), `"naive"` or
-            `"rms"`.
-        layer_norm_epsilon: epsilon of the normalizations. Default `1e-5`;
-            0 (not with `normalization="rms"`) for the reference's
-            arithmetic, see `ComplexLayerNormalization`.
-        kernel_initializer: of every projection. Defaults to
-            `"complex_glorot_uniform"` (also for `None`).
-        bias_initializer: of every projection. Defaults to `"zeros"` (also
-            for `None`).
-        seed: int or None, for the dropouts.
-        rotary_max_wavelength: complex rotary position encoding in every
-            attention (see `ComplexMultiHeadAttention`); `None` (default)
-            for none.
-        chunk_size: `"auto"` (default), `None` or a positive int: every
-            attention's keys in blocks (see `ComplexMultiHeadAttention`).
-        complex_matmul: `"auto"` (default), `"gauss"` or `"block"`: the
-            form of every complex product, the attention's and the
-            feed-forward network's (see `ComplexDense`); `"gauss"` where
-            matmuls dominate (accelerators), `"auto"` picks by width.
+        intermediate_dim: as in `ComplexTransformerEncoder`.
+        key_dim: as in `ComplexTransformerEncoder`.
+        softmax: as in `ComplexTransformerEncoder`.
+        product: as in `ComplexTransformerEncoder`.
+        dropout: as in `ComplexTransformerEncoder`.
+        attention_dropout: as in `ComplexTransformerEncoder`.
+        activation: as in `ComplexTransformerEncoder`.
+        norm_first: as in `ComplexTransformerEncoder`.
+        normalization: as in `ComplexTransformerEncoder`.
+        layer_norm_epsilon: as in `ComplexTransformerEncoder`.
+        kernel_initializer: as in `ComplexTransformerEncoder`.
+        bias_initializer: as in `ComplexTransformerEncoder`.
+        seed: as in `ComplexTransformerEncoder`.
+        rotary_max_wavelength: as in `ComplexTransformerEncoder`.
+        chunk_size: as in `ComplexTransformerEncoder`.
+        complex_matmul: as in `ComplexTransformerEncoder`.
         sliding_window: `None` (default) or a positive int `W`: the
             self-attention sees the last `W` positions only (see
             `ComplexMultiHeadAttention`); the cross-attention is not
