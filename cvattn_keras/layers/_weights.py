@@ -1,6 +1,7 @@
 """The six weight options shared by the layers, resolved and serialized."""
 
 import keras
+from keras import ops
 
 from cvattn_keras import initializers as cinit
 
@@ -89,3 +90,13 @@ def add_complex_weights(layer, kernel_shape, bias_shape):
                     constraint=getattr(layer, f"{kind}_constraint"),
                 )
             setattr(layer, f"{kind}_{part}", weight)
+
+
+def add_bias(layer, outputs):
+    """`outputs` `(..., 2 units)` plus `layer`'s complex bias stacked
+    `[bias_real | bias_imag]` in its compute dtype, or `outputs` as they
+    are for a layer without one (`use_bias=False`)."""
+    if not layer.use_bias:
+        return outputs
+    bias = ops.concatenate([layer.bias_real, layer.bias_imag], axis=0)
+    return outputs + ops.cast(bias, layer.compute_dtype)

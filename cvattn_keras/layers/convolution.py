@@ -6,6 +6,7 @@ from keras import ops
 from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
+from cvattn_keras.layers._weights import add_bias
 from cvattn_keras.layers._weights import add_complex_weights
 from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
@@ -151,11 +152,7 @@ class ComplexConv1D(keras.layers.Layer):
                 self.kernel_real, self.kernel_imag, in_axis=1
             )
             outputs = self._conv(inputs, kernel, padding)
-        if self.use_bias:
-            outputs = outputs + ops.concatenate(
-                [self.bias_real, self.bias_imag], axis=0
-            )
-        return outputs
+        return add_bias(self, outputs)
 
     def _conv(self, inputs, kernel, padding):
         return ops.conv(
@@ -207,12 +204,7 @@ class ComplexConv1D(keras.layers.Layer):
                 image, ((0, 0), (self._causal_pad(), 0), (0, 0), (0, 0))
             )
             padding = "valid"
-        outputs = self._conv_once(image, padding)
-        if self.use_bias:
-            outputs = outputs + ops.concatenate(
-                [self.bias_real, self.bias_imag], axis=0
-            )
-        return outputs
+        return add_bias(self, self._conv_once(image, padding))
 
     def _conv_once(self, image, padding):
         """The convolution with each real weight once: the input `(B, L,

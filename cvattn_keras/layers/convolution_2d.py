@@ -52,6 +52,7 @@ from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 from cvattn_keras.layers import _image
+from cvattn_keras.layers._weights import add_bias
 from cvattn_keras.layers._weights import add_complex_weights
 from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
@@ -98,7 +99,8 @@ def _output_padding(value, kernel_size, strides, padding, dilation_rate):
 
 
 class _ComplexConv2DBase(keras.layers.Layer):
-    """What the two layers share: arguments, weights, forms and config.
+    """What the two layers share: arguments (the constructor is
+    `ComplexConv2D`'s, defaults included), weights, forms and config.
     Subclasses set `_transposed` and define `_kernel_shape`, `_product`,
     `_block_kernel`, `_kernel_once` and `compute_output_shape`."""
 
@@ -108,18 +110,18 @@ class _ComplexConv2DBase(keras.layers.Layer):
         self,
         filters,
         kernel_size,
-        strides,
-        padding,
-        dilation_rate,
-        use_bias,
-        kernel_initializer,
-        bias_initializer,
-        kernel_regularizer,
-        bias_regularizer,
-        activity_regularizer,
-        kernel_constraint,
-        bias_constraint,
-        complex_matmul,
+        strides=1,
+        padding="valid",
+        dilation_rate=1,
+        use_bias=True,
+        kernel_initializer="complex_glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        complex_matmul="auto",
         **kwargs,
     ):
         self.filters = check.positive_int(filters, "filters")
@@ -190,12 +192,7 @@ class _ComplexConv2DBase(keras.layers.Layer):
         else:
             kernel = self._block_kernel(kernel_real, kernel_imag)
             outputs = self._product(inputs, kernel)  # (B, H', W', 2F)
-        if self.use_bias:
-            bias = [
-                ops.cast(b, dtype) for b in (self.bias_real, self.bias_imag)
-            ]
-            outputs = outputs + ops.concatenate(bias, axis=0)
-        return outputs
+        return add_bias(self, outputs)
 
     def _product_once(self, inputs, kernel_real, kernel_imag):
         """The complex convolution with each real weight once: the rows
@@ -310,41 +307,7 @@ class ComplexConv2D(_ComplexConv2DBase):
         (2, 4, 5, 8)
     """
 
-    def __init__(
-        self,
-        filters,
-        kernel_size,
-        strides=1,
-        padding="valid",
-        dilation_rate=1,
-        use_bias=True,
-        kernel_initializer="complex_glorot_uniform",
-        bias_initializer="zeros",
-        kernel_regularizer=None,
-        bias_regularizer=None,
-        activity_regularizer=None,
-        kernel_constraint=None,
-        bias_constraint=None,
-        complex_matmul="auto",
-        **kwargs,
-    ):
-        super().__init__(
-            filters,
-            kernel_size,
-            strides,
-            padding,
-            dilation_rate,
-            use_bias,
-            kernel_initializer,
-            bias_initializer,
-            kernel_regularizer,
-            bias_regularizer,
-            activity_regularizer,
-            kernel_constraint,
-            bias_constraint,
-            complex_matmul,
-            **kwargs,
-        )
+    # The constructor is the base's (this layer's arguments and defaults).
 
     def _kernel_shape(self, channels):
         return self.kernel_size + (channels, self.filters)  # (kh, kw, C, F)

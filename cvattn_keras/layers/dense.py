@@ -6,6 +6,7 @@ from keras import ops
 from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
+from cvattn_keras.layers._weights import add_bias
 from cvattn_keras.layers._weights import add_complex_weights
 from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
@@ -159,12 +160,7 @@ class ComplexDense(keras.layers.Layer):
                 bias = [self.bias_real, self.bias_imag]
                 planes = planes + ops.stack([ops.cast(b, dtype) for b in bias])
             return cx.merge_planes(planes)
-        if self.use_bias:
-            bias = [self.bias_real, self.bias_imag]
-            outputs = outputs + ops.concatenate(
-                [ops.cast(b, dtype) for b in bias], axis=0
-            )
-        return outputs
+        return add_bias(self, outputs)
 
     def _apply_block(self, inputs, kernel_real, kernel_imag):
         """`(..., 2I)` -> planes `(..., 2, U)` by the block kernel."""

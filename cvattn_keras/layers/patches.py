@@ -14,6 +14,7 @@ from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
 from cvattn_keras.layers import _image
+from cvattn_keras.layers._weights import add_bias
 from cvattn_keras.layers._weights import add_complex_weights
 from cvattn_keras.layers._weights import set_weight_options
 from cvattn_keras.layers._weights import weight_options_config
@@ -340,10 +341,7 @@ class ComplexPatchEmbedding(keras.layers.Layer):
             kernel = ops.reshape(kernel, (2 * inner, 2 * self.embed_dim))
             rows = cx.reshape(patches, (batch, count, 2 * inner))
             tokens = ops.matmul(rows, kernel)  # (B, N, 2E)
-        if self.use_bias:
-            tokens = tokens + ops.cast(
-                ops.concatenate([self.bias_real, self.bias_imag], 0), dtype
-            )
+        tokens = add_bias(self, tokens)
         if self.positions == "learned":
             tokens = tokens + ops.cast(
                 ops.concatenate([self.position_real, self.position_imag], -1),
@@ -580,10 +578,7 @@ class ComplexPatchUnembedding(keras.layers.Layer):
             pixels = cx.reshape(
                 ops.matmul(inputs, kernel), (batch, count, ph * pw, 2 * filters)
             )
-        if self.use_bias:
-            pixels = pixels + ops.cast(
-                ops.concatenate([self.bias_real, self.bias_imag], 0), dtype
-            )
+        pixels = add_bias(self, pixels)
         return _place(pixels, self.patch_size, grid)
 
     def compute_output_shape(self, input_shape):
