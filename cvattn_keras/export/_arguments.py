@@ -1,12 +1,18 @@
 """Argument checks shared by the exporters and the LiteRT runners: paths,
 models, positive ints, the static input shapes and the export signature,
 and inputs given as an array, a list or a dict (one array per model input,
-each in its input's dtype)."""
+each in its input's dtype); and what `verify_tflite` and `verify_onnx`
+share: the checks of a file's inputs and of `expected_max_rel_error`, the
+errors against Keras and the median latency."""
+
+import statistics
+import time
 
 import keras
 import numpy as np
 
 from cvattn_keras.export import _files
+from cvattn_keras.export._modes import EXPECTED_MAX_REL_ERROR
 
 
 def _check_path(path):
@@ -304,6 +310,56 @@ def _expected_bound(mode_bound, floor):
     `ROUNDING_MARGIN` times the model's relative rounding floor where
     that is larger."""
     return float(max(mode_bound, ROUNDING_MARGIN * floor))
+
+
+def _check_expected_max_rel_error(value):
+    """The verifiers' `expected_max_rel_error`: `None` or a positive
+    number (not a bool), else a `ValueError` naming it."""
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.number))
+        or not value > 0
+    ):
+        raise ValueError(
+            "`expected_max_rel_error` must be None or a positive number. "
+            f"Received: expected_max_rel_error={value!r}"
+        )
+    return value
+
+
+def _check_file_inputs(names, file_names, path):
+    """A `ValueError` when the file `path`, whose inputs are named
+    `file_names`, lacks some of the model's input `names`."""
+    missing = sorted(set(names) - set(file_names))
+    if missing:
+        raise ValueError(
+            f"{path!r} has inputs {sorted(file_names)}, not the model's "
+            f"{missing}: was it exported from this model?"
+        )
+
+
+def _verified_errors(model, arrays, got, path, mode, expected_max_rel_error):
+    """`(max_abs_error, max_rel_error, expected_max_rel_error)` of a
+    file's outputs `got` against the Keras model on `arrays`
+    (`_errors_against_keras`); the bound is the one given, or the usual
+    one of the file's `mode` (`_expected_bound`)."""
+    max_abs, scale, floor = _errors_against_keras(model, arrays, got, path)
+    if expected_max_rel_error is None:
+        expected_max_rel_error = _expected_bound(
+            EXPECTED_MAX_REL_ERROR[mode], floor
+        )
+    max_rel = max_abs / scale if scale > 0 else max_abs
+    return max_abs, max_rel, float(expected_max_rel_error)
+
+
+def _median_latency_ms(run, num_runs):
+    """The median time of `num_runs` calls of `run()`, in milliseconds."""
+    timings = []
+    for _ in range(num_runs):
+        start = time.perf_counter()
+        run()
+        timings.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(timings)
 
 
 def _dtype_policies(model):

@@ -5,21 +5,20 @@ dequantization of outputs of integer files."""
 
 import os
 import re
-import statistics
-import time
 
 import numpy as np
 
 from cvattn_keras.export._arguments import _as_input_list
 from cvattn_keras.export._arguments import _cast
+from cvattn_keras.export._arguments import _check_expected_max_rel_error
+from cvattn_keras.export._arguments import _check_file_inputs
 from cvattn_keras.export._arguments import _check_model
 from cvattn_keras.export._arguments import _check_path
 from cvattn_keras.export._arguments import _check_positive
-from cvattn_keras.export._arguments import _errors_against_keras
-from cvattn_keras.export._arguments import _expected_bound
 from cvattn_keras.export._arguments import _input_dtypes
 from cvattn_keras.export._arguments import _input_names
-from cvattn_keras.export._modes import EXPECTED_MAX_REL_ERROR
+from cvattn_keras.export._arguments import _median_latency_ms
+from cvattn_keras.export._arguments import _verified_errors
 from cvattn_keras.export._reading import _check_tflite_file
 from cvattn_keras.export._reading import _file_ops
 from cvattn_keras.export._reading import _file_quantization
@@ -91,12 +90,7 @@ def _feed(runner, model, arrays, path):
     file's scale and zero point."""
     names = _input_names(model)
     details = runner.get_input_details()
-    missing = sorted(set(names) - set(details))
-    if missing:
-        raise ValueError(
-            f"{path!r} has inputs {sorted(details)}, not the model's "
-            f"{missing}: was it exported from this model?"
-        )
+    _check_file_inputs(names, details, path)
     feed = {}
     for name, array, dtype in zip(names, arrays, _input_dtypes(model)):
         detail = details[name]
@@ -281,15 +275,7 @@ def verify_tflite(
         raise ValueError(
             f"`num_runs` must be a positive int. Received: num_runs={num_runs}"
         )
-    if expected_max_rel_error is not None and (
-        isinstance(expected_max_rel_error, bool)
-        or not isinstance(expected_max_rel_error, (int, float, np.number))
-        or not expected_max_rel_error > 0
-    ):
-        raise ValueError(
-            "`expected_max_rel_error` must be None or a positive number. "
-            f"Received: expected_max_rel_error={expected_max_rel_error!r}"
-        )
+    _check_expected_max_rel_error(expected_max_rel_error)
     _check_model(model)
     arrays = _as_input_list(model, inputs, "inputs")
     ops, non_builtin = _file_ops(path)
@@ -304,24 +290,17 @@ def verify_tflite(
     feed = _feed(runner, model, arrays, path)
     got = _outputs(runner, feed)
     output_details = runner.get_output_details()
-    max_abs, scale, floor = _errors_against_keras(model, arrays, got, path)
-    if expected_max_rel_error is None:
-        expected_max_rel_error = _expected_bound(
-            EXPECTED_MAX_REL_ERROR[quantization], floor
-        )
-    timings = []
-    for _ in range(num_runs):
-        start = time.perf_counter()
-        runner(**feed)
-        timings.append(time.perf_counter() - start)
+    max_abs, max_rel, bound = _verified_errors(
+        model, arrays, got, path, quantization, expected_max_rel_error
+    )
     return TFLiteReport(
         path=path,
         size_bytes=os.path.getsize(path),
         ops=ops,
         non_builtin_ops=non_builtin,
         max_abs_error=max_abs,
-        max_rel_error=max_abs / scale if scale > 0 else max_abs,
-        median_latency_ms=1e3 * statistics.median(timings),
+        max_rel_error=max_rel,
+        median_latency_ms=_median_latency_ms(lambda: runner(**feed), num_runs),
         batch_size=int(arrays[0].shape[0]),
         inputs=tuple(
             _tensor_info(name, runner.get_input_details()[name])
@@ -334,5 +313,5 @@ def verify_tflite(
         gpu=check_gpu_compatibility(path),
         weight_bytes=file_sizes(path)[1],
         quantization=quantization,
-        expected_max_rel_error=float(expected_max_rel_error),
+        expected_max_rel_error=bound,
     )

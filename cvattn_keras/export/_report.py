@@ -35,8 +35,21 @@ class TensorInfo:
         return text
 
 
+class _Bounded:
+    """What `TFLiteReport` and `ONNXReport` share: `within_expected`,
+    from their `max_rel_error` and `expected_max_rel_error`."""
+
+    @property
+    def within_expected(self):
+        """Whether `max_rel_error` is within `expected_max_rel_error`
+        (`True` where no bound is known)."""
+        if self.expected_max_rel_error is None:
+            return True
+        return bool(self.max_rel_error <= self.expected_max_rel_error)
+
+
 @dataclasses.dataclass
-class TFLiteReport:
+class TFLiteReport(_Bounded):
     """What `verify_tflite` measured.
 
     Attributes:
@@ -102,14 +115,6 @@ class TFLiteReport:
     @property
     def builtin_only(self):
         return not self.non_builtin_ops
-
-    @property
-    def within_expected(self):
-        """Whether `max_rel_error` is within `expected_max_rel_error`
-        (`True` where no bound is known)."""
-        if self.expected_max_rel_error is None:
-            return True
-        return bool(self.max_rel_error <= self.expected_max_rel_error)
 
     @property
     def warning(self):

@@ -61,9 +61,7 @@ import dataclasses
 import importlib.util
 import logging
 import os
-import statistics
 import tempfile
-import time
 import warnings
 
 import keras
@@ -74,15 +72,17 @@ from cvattn_keras import attention as core
 from cvattn_keras.export import _files
 from cvattn_keras.export._arguments import _as_input_list
 from cvattn_keras.export._arguments import _cast
+from cvattn_keras.export._arguments import _check_expected_max_rel_error
+from cvattn_keras.export._arguments import _check_file_inputs
 from cvattn_keras.export._arguments import _check_model
 from cvattn_keras.export._arguments import _dtype_policies
-from cvattn_keras.export._arguments import _errors_against_keras
-from cvattn_keras.export._arguments import _expected_bound
 from cvattn_keras.export._arguments import _input_names
 from cvattn_keras.export._arguments import _input_signature
+from cvattn_keras.export._arguments import _median_latency_ms
+from cvattn_keras.export._arguments import _verified_errors
 from cvattn_keras.export._errors import ONNXUnsupportedOpsError
-from cvattn_keras.export._modes import EXPECTED_MAX_REL_ERROR
 from cvattn_keras.export._report import TensorInfo
+from cvattn_keras.export._report import _Bounded
 from cvattn_keras.export._report import _expected_text
 from cvattn_keras.export._report import _sizes_text
 from cvattn_keras.export._subprocess import convert_saved_copy
@@ -115,7 +115,7 @@ def _require(modules, who):
 
 
 @dataclasses.dataclass
-class ONNXReport:
+class ONNXReport(_Bounded):
     """What `verify_onnx` measured.
 
     Attributes:
@@ -159,14 +159,6 @@ class ONNXReport:
     weight_bytes: int = None
     quantization: str = None
     expected_max_rel_error: float = None
-
-    @property
-    def within_expected(self):
-        """Whether `max_rel_error` is within `expected_max_rel_error`
-        (`True` where no bound is known)."""
-        if self.expected_max_rel_error is None:
-            return True
-        return bool(self.max_rel_error <= self.expected_max_rel_error)
 
     @property
     def warning(self):
@@ -644,12 +636,7 @@ def _feed(session, model, arrays, path):
     """The inputs keyed by the file's input names, each in its dtype."""
     names = _input_names(model)
     details = {arg.name: arg for arg in session.get_inputs()}
-    missing = sorted(set(names) - set(details))
-    if missing:
-        raise ValueError(
-            f"{path!r} has inputs {sorted(details)}, not the model's "
-            f"{missing}: was it exported from this model?"
-        )
+    _check_file_inputs(names, details, path)
     feed = {}
     for name, array in zip(names, arrays):
         arg = details[name]
@@ -732,15 +719,7 @@ def verify_onnx(
             "`num_threads` must be None or a positive int. Received: "
             f"num_threads={num_threads!r}"
         )
-    if expected_max_rel_error is not None and (
-        isinstance(expected_max_rel_error, bool)
-        or not isinstance(expected_max_rel_error, (int, float, np.number))
-        or not expected_max_rel_error > 0
-    ):
-        raise ValueError(
-            "`expected_max_rel_error` must be None or a positive number. "
-            f"Received: expected_max_rel_error={expected_max_rel_error!r}"
-        )
+    _check_expected_max_rel_error(expected_max_rel_error)
     _require(("onnx", "onnxruntime"), "verify_onnx")
     _check_model(model)
     arrays = _as_input_list(model, inputs, "inputs")
@@ -748,13 +727,10 @@ def verify_onnx(
     session = _session(path, num_threads)
     feed = _feed(session, model, arrays, path)
     got = session.run(None, feed)
-    max_abs, scale, floor = _errors_against_keras(model, arrays, got, path)
     quantization = _quantization(proto)
-    timings = []
-    for _ in range(num_runs):
-        start = time.perf_counter()
-        session.run(None, feed)
-        timings.append(time.perf_counter() - start)
+    max_abs, max_rel, bound = _verified_errors(
+        model, arrays, got, path, quantization, expected_max_rel_error
+    )
     ops = sorted({n.op_type for g in _graphs(proto.graph) for n in g.node})
     opset = next(
         (o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
@@ -766,16 +742,14 @@ def verify_onnx(
         ops=tuple(ops),
         opset=opset,
         max_abs_error=max_abs,
-        max_rel_error=max_abs / scale if scale > 0 else max_abs,
-        median_latency_ms=1e3 * statistics.median(timings),
+        max_rel_error=max_rel,
+        median_latency_ms=_median_latency_ms(
+            lambda: session.run(None, feed), num_runs
+        ),
         batch_size=int(arrays[0].shape[0]),
         inputs=tuple(_tensor_info(arg) for arg in session.get_inputs()),
         outputs=tuple(_tensor_info(arg) for arg in session.get_outputs()),
         weight_bytes=_weight_bytes(proto),
         quantization=quantization,
-        expected_max_rel_error=float(
-            _expected_bound(EXPECTED_MAX_REL_ERROR[quantization], floor)
-            if expected_max_rel_error is None
-            else expected_max_rel_error
-        ),
+        expected_max_rel_error=bound,
     )
