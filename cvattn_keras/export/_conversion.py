@@ -6,6 +6,7 @@ the model's layer names."""
 
 import os
 import re
+import sys
 import tempfile
 import warnings
 
@@ -19,6 +20,7 @@ from cvattn_keras.export._arguments import _check_model
 from cvattn_keras.export._arguments import _check_num_samples
 from cvattn_keras.export._arguments import _check_output
 from cvattn_keras.export._arguments import _dtype_policies
+from cvattn_keras.export._arguments import _input_names
 from cvattn_keras.export._arguments import _input_signature
 from cvattn_keras.export._arguments import _static_shapes
 from cvattn_keras.export._calibration import _calibration_arrays
@@ -124,12 +126,22 @@ def _write(path, flatbuffer, overwrite):
     _files.write_atomically(path, flatbuffer, overwrite)
 
 
+def _default_num_samples(model):
+    """`num_calibration_samples=None`: 100 samples, or every sample for a
+    stream (its inputs `chunk` and `state_NN_...`)."""
+    names = _input_names(model) if getattr(model, "inputs", None) else []
+    stream = len(names) > 1 and names[0] == "chunk"
+    if stream and all(re.fullmatch(r"state_\d+_.*", n) for n in names[1:]):
+        return sys.maxsize
+    return 100
+
+
 def export_tflite(
     model,
     path,
     quantization=None,
     representative_data=None,
-    num_calibration_samples=100,
+    num_calibration_samples=None,
     overwrite=True,
     batch_size=None,
     sequence_length=None,
@@ -214,7 +226,13 @@ def export_tflite(
             inputs only when asked by name, `--representative-data
             random`), and `verify_tflite` on typical inputs shows it.
         num_calibration_samples: positive int, how many samples of
-            `representative_data` to calibrate on (at most).
+            `representative_data` to calibrate on (at most); `None` (the
+            default): 100, or every sample given for a stream
+            (`streaming.to_streaming`: inputs `chunk` and `state_NN_...`),
+            whose `streaming.calibration_data` lists every step of its
+            clips, step by step: its first 100 samples would be the first
+            steps of the clips, where every state is still zero, and the
+            file's ranges would not fit a running stream's.
         overwrite: whether to replace an existing file at `path`, as in
             `keras.Model.save` (default `True`, as there). With `False` an
             existing file is kept and a `FileExistsError` (which is also a
@@ -265,6 +283,8 @@ def export_tflite(
             f"`quantization` must be one of {list(QUANTIZATIONS)}. "
             f"Received: quantization={quantization!r}"
         )
+    if num_calibration_samples is None:
+        num_calibration_samples = _default_num_samples(model)
     num_calibration_samples = _check_num_samples(num_calibration_samples)
     if quantization in _CALIBRATED and representative_data is None:
         raise ValueError(
