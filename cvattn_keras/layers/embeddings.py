@@ -27,8 +27,38 @@ def sinusoidal_encoding(length, features, max_wavelength=10000.0, start=0):
     return ops.where(is_even, ops.sin(angles), ops.cos(angles))
 
 
+class _PositionEncoding(keras.layers.Layer):
+    """What the two encodings share: the constructor (`max_wavelength`,
+    masks passed through), the check of the stacked input's shape
+    (`_layout`: of rank 3 exactly, or at least 3 where it has `...`),
+    the output shape and the config."""
+
+    _layout = "(batch, length, 2E)"
+
+    def __init__(self, max_wavelength=10000, **kwargs):
+        self.max_wavelength = _check_wavelength(max_wavelength)
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        rank = len(input_shape)
+        wrong_rank = rank < 3 if "..." in self._layout else rank != 3
+        if wrong_rank or input_shape[-1] is None:
+            raise ValueError(
+                f"{type(self).__name__} expects {self._layout} with a "
+                f"known last axis. Received: {tuple(input_shape)}"
+            )
+        cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "max_wavelength": self.max_wavelength}
+
+
 @keras.saving.register_keras_serializable(package="cvattn_keras")
-class SinusoidalPositionalEncoding(keras.layers.Layer):
+class SinusoidalPositionalEncoding(_PositionEncoding):
     """Adds the reference's sinusoidal encoding to the real part.
 
     The Eilers & Jiang reference adds the real Vaswani encoding (sin and cos
@@ -47,19 +77,6 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
             at a time). Defaults to 0.
     """
 
-    def __init__(self, max_wavelength=10000, **kwargs):
-        self.max_wavelength = _check_wavelength(max_wavelength)
-        super().__init__(**kwargs)
-        self.supports_masking = True
-
-    def build(self, input_shape):
-        if len(input_shape) != 3 or input_shape[-1] is None:
-            raise ValueError(
-                "SinusoidalPositionalEncoding expects (batch, length, 2E) "
-                f"with a known last axis. Received: {tuple(input_shape)}"
-            )
-        cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
-
     def call(self, inputs, start_index=0):
         features = inputs.shape[-1] // 2
         encoding = sinusoidal_encoding(
@@ -69,15 +86,9 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
         zeros = ops.zeros_like(encoding)
         return inputs + ops.concatenate([encoding, zeros], axis=-1)[None]
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
-
-    def get_config(self):
-        return {**super().get_config(), "max_wavelength": self.max_wavelength}
-
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
-class ComplexRotaryEmbedding(keras.layers.Layer):
+class ComplexRotaryEmbedding(_PositionEncoding):
     """Complex rotary position encoding: feature `j` at position `p` is
     multiplied by `exp(i p theta_j)`, `theta_j = max_wavelength^(-j/E)`.
 
@@ -98,18 +109,7 @@ class ComplexRotaryEmbedding(keras.layers.Layer):
         start_index: the position of the first step. Defaults to 0.
     """
 
-    def __init__(self, max_wavelength=10000, **kwargs):
-        self.max_wavelength = _check_wavelength(max_wavelength)
-        super().__init__(**kwargs)
-        self.supports_masking = True
-
-    def build(self, input_shape):
-        if len(input_shape) < 3 or input_shape[-1] is None:
-            raise ValueError(
-                "ComplexRotaryEmbedding expects (batch, length, ..., 2E) "
-                f"with a known last axis. Received: {tuple(input_shape)}"
-            )
-        cx.check_even(input_shape[-1], "input_shape[-1]", input_shape)
+    _layout = "(batch, length, ..., 2E)"
 
     def call(self, inputs, start_index=0):
         features = inputs.shape[-1] // 2
@@ -125,9 +125,3 @@ class ComplexRotaryEmbedding(keras.layers.Layer):
         middle = (1,) * (len(inputs.shape) - 3)
         rotation = ops.reshape(rotation, (1, -1) + middle + (2 * features,))
         return cx.multiply(inputs, ops.cast(rotation, inputs.dtype))
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
-
-    def get_config(self):
-        return {**super().get_config(), "max_wavelength": self.max_wavelength}
