@@ -32,7 +32,7 @@ from cvattn_keras.export._modes import _CALIBRATED
 from cvattn_keras.export._modes import _FULL_INTEGER
 from cvattn_keras.export._modes import QUANTIZATIONS
 from cvattn_keras.export._subprocess import _CHILD_ENV
-from cvattn_keras.export._subprocess import convert_saved_copy
+from cvattn_keras.export._subprocess import convert_by_command_line
 
 
 def _layer_names(model):
@@ -502,21 +502,12 @@ def _convert_in_subprocess(
     """The `.tflite` flatbuffer of `model`, converted by this package's
     command line in a subprocess under `KERAS_BACKEND=tensorflow`."""
 
-    def arguments(directory, model_path, output, error_file):
-        command = [
-            "-m",
-            "cvattn_keras.export",
-            model_path,
-            output,
-            "--no-safe-mode",  # our own file, just written
-            "--error-file",
-            error_file,
-        ]
+    def options(directory):
+        command = []
         if quantization is not None:
             command += ["--quantize", quantization]
         if batch_size is not None:
             command += ["--static-batch", str(batch_size)]
-        command += ["--weights", "once" if weights_once else "block"]
         if sequence_length is not None:
             command += ["--static-length", str(sequence_length)]
         if quantization in _CALIBRATED:
@@ -533,14 +524,12 @@ def _convert_in_subprocess(
             ]
         return command
 
-    return convert_saved_copy(
+    return convert_by_command_line(
         model,
-        arguments,
+        weights_once,
+        options,
         "export_tflite",
-        "Make it serializable, or export under KERAS_BACKEND=tensorflow.",
-        scope=" (and for full-integer modes)",
-        install_note=": the model is then converted under "
-        "KERAS_BACKEND=tensorflow in a subprocess",
-        env={_CHILD_ENV: "1"},  # the child converts in its own process
         quantization=quantization,
+        scope=" (and for full-integer modes)",
+        env={_CHILD_ENV: "1"},  # the child converts in its own process
     )

@@ -132,6 +132,53 @@ def convert_saved_copy(
             return f.read()
 
 
+def convert_by_command_line(
+    model,
+    weights_once,
+    options,
+    who,
+    quantization=None,
+    suffix=".tflite",
+    scope="",
+    env=None,
+):
+    """The bytes of the file that this package's command line (`python -m
+    cvattn_keras.export`) writes in a TensorFlow subprocess from a saved
+    copy of `model` (`convert_saved_copy`, whose arguments `who`,
+    `quantization`, `suffix`, `scope` and `env` are): the copy (loaded
+    with `--no-safe-mode`: our own file, just written), the output, the
+    error file, `--weights once|block`, then `options(directory)`, the
+    further arguments, a function of the temporary directory (where it
+    may write inputs, such as calibration data)."""
+
+    def arguments(directory, model_path, output, error_file):
+        return [
+            "-m",
+            "cvattn_keras.export",
+            model_path,
+            output,
+            "--no-safe-mode",
+            "--error-file",
+            error_file,
+            "--weights",
+            "once" if weights_once else "block",
+            *options(directory),
+        ]
+
+    return convert_saved_copy(
+        model,
+        arguments,
+        who,
+        "Make it serializable, or export under KERAS_BACKEND=tensorflow.",
+        scope=scope,
+        install_note=": the model is then converted under "
+        "KERAS_BACKEND=tensorflow in a subprocess",
+        env=env,
+        quantization=quantization,
+        suffix=suffix,
+    )
+
+
 def _raise_subprocess_error(
     done, error_file, backend, quantization=None, who="export_tflite"
 ):

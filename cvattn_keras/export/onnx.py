@@ -85,7 +85,7 @@ from cvattn_keras.export._report import TensorInfo
 from cvattn_keras.export._report import _Bounded
 from cvattn_keras.export._report import _expected_text
 from cvattn_keras.export._report import _sizes_text
-from cvattn_keras.export._subprocess import convert_saved_copy
+from cvattn_keras.export._subprocess import convert_by_command_line
 
 ONNX_QUANTIZATIONS = (None, "float16")
 """The modes of `export_onnx(quantization=...)`."""
@@ -530,18 +530,8 @@ def _convert_in_subprocess(
     package's command line in a subprocess under
     `KERAS_BACKEND=tensorflow`."""
 
-    def arguments(directory, model_path, output, error_file):
-        command = [
-            "-m",
-            "cvattn_keras.export",
-            model_path,
-            output,
-            "--no-safe-mode",  # our own file, just written
-            "--error-file",
-            error_file,
-            "--weights",
-            "once" if weights_once else "block",
-        ]
+    def options(directory):
+        command = []
         if quantization is not None:
             command += ["--quantize", quantization]
         if opset is not None:
@@ -550,14 +540,8 @@ def _convert_in_subprocess(
             command += ["--static-batch", "1"]
         return command
 
-    return convert_saved_copy(
-        model,
-        arguments,
-        "export_onnx",
-        "Make it serializable, or export under KERAS_BACKEND=tensorflow.",
-        install_note=": the model is then converted under "
-        "KERAS_BACKEND=tensorflow in a subprocess",
-        suffix=".onnx",
+    return convert_by_command_line(
+        model, weights_once, options, "export_onnx", suffix=".onnx"
     )
 
 
