@@ -74,6 +74,12 @@ import cvattn_keras as cvk  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+# The examples' shared argument checks, beside this file (on sys.path when
+# run as a script; added when loaded with runpy, as the tests do).
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+import _arguments as arguments  # noqa: E402
+
 MODELS = ("complex", "magnitude", "real")
 MODES = {
     "float32": None,
@@ -92,62 +98,42 @@ SAMPLE_RATE = 16000
 # ----------------------------------------------------------------------
 
 
-def _names(parser, text, allowed, flag):
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in allowed]
-    if bad or not names:
-        parser.error(f"{flag} takes names from {list(allowed)}; got {text!r}")
-    return list(dict.fromkeys(names))
-
-
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--train-examples", type=int, default=1000)
-    parser.add_argument("--test-examples", type=int, default=100)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=2e-3)
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--modes", default="float32,dynamic_int8,full_int8")
+    positive = arguments.positive_int
+    parser.add_argument("--seeds", type=positive, default=5)
+    parser.add_argument("--epochs", type=positive, default=12)
+    parser.add_argument("--train-examples", type=positive, default=1000)
+    parser.add_argument("--test-examples", type=positive, default=100)
+    parser.add_argument("--batch-size", type=positive, default=16)
+    parser.add_argument(
+        "--learning-rate", type=arguments.positive_float, default=2e-3
+    )
+    parser.add_argument(
+        "--models", type=arguments.names(MODELS), default=",".join(MODELS)
+    )
+    parser.add_argument(
+        "--modes",
+        type=arguments.names(MODES),
+        default="float32,dynamic_int8,full_int8",
+    )
     parser.add_argument(
         "--dnsmos-examples",
-        type=int,
+        type=arguments.non_negative_int,
         default=20,
         help="test clips scored by DNSMOS (about a second each), of the "
         "first seed; 0 leaves DNSMOS out",
     )
-    parser.add_argument("--data-seed", type=int, default=0)
     parser.add_argument(
-        "--output", default=os.path.join("examples", "output", "denoise")
+        "--data-seed", type=arguments.non_negative_int, default=0
+    )
+    parser.add_argument(
+        "--output",
+        type=arguments.output_folder,
+        default=os.path.join("examples", "output", "denoise"),
     )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
-    args.models = _names(parser, args.models, MODELS, "--models")
-    args.modes = _names(parser, args.modes, MODES, "--modes")
-    for name in (
-        "seeds",
-        "epochs",
-        "train_examples",
-        "test_examples",
-        "batch_size",
-    ):
-        if getattr(args, name) < 1:
-            parser.error(
-                f"--{name.replace('_', '-')} must be a positive int; got "
-                f"{getattr(args, name)}"
-            )
-    if args.dnsmos_examples < 0:
-        parser.error(
-            f"--dnsmos-examples must be >= 0; got {args.dnsmos_examples}"
-        )
-    if not (math.isfinite(args.learning_rate) and args.learning_rate > 0):
-        parser.error(
-            "--learning-rate must be a positive finite number; got "
-            f"{args.learning_rate}"
-        )
-    if os.path.exists(args.output) and not os.path.isdir(args.output):
-        parser.error(f"--output {args.output!r} exists and is not a folder")
     if args.smoke:
         args.seeds, args.epochs = 2, 1
         args.train_examples, args.test_examples = 8, 2

@@ -87,6 +87,14 @@ import numpy as np  # noqa: E402
 
 import cvattn_keras as cvk  # noqa: E402
 
+# The examples' shared argument checks and WAV samples, beside this file
+# (on sys.path when run as a script; added when loaded with runpy, as the
+# tests do).
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+import _arguments as arguments  # noqa: E402
+import _wav  # noqa: E402
+
 MODEL_RATE = 16000  # speech_enhancer's rate; a model file does not say
 
 
@@ -131,22 +139,9 @@ def read_wav(path):
         return _read_float_wav(path)
     except EOFError:
         raise Refused(f"{path}: not a WAV file (it ends early)") from None
-    if width not in (1, 2, 3, 4) or not channels:
+    if width not in _wav.WIDTHS or not channels:
         raise Refused(f"{path}: {8 * width}-bit samples are not read")
-    # A file cut short ends mid-frame: keep whole frames only.
-    data = data[: len(data) // (channels * width) * channels * width]
-    if width == 1:  # unsigned 8-bit
-        x = (np.frombuffer(data, np.uint8).astype(np.float32) - 128) / 128
-    elif width == 3:  # 24-bit little-endian: widen to 32
-        raw = np.frombuffer(data, np.uint8).reshape(-1, 3)
-        wide = np.zeros((len(raw), 4), np.uint8)
-        wide[:, 1:] = raw
-        x = wide.view("<i4")[:, 0].astype(np.float32) / 2.0**31
-    else:
-        dtype = {2: "<i2", 4: "<i4"}[width]
-        x = np.frombuffer(data, dtype).astype(np.float32)
-        x /= 2.0 ** (8 * width - 1)
-    return x.reshape(-1, channels), rate
+    return _wav.pcm_samples(data, channels, width), rate
 
 
 # WAVE_FORMAT_EXTENSIBLE's sub-format GUID for IEEE float, after its
@@ -444,20 +439,20 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=arguments.positive_int,
         default=None,
         help="LiteRT CPU threads, for a .tflite model (default 1)",
     )
     parser.add_argument(
         "--frame-length",
-        type=int,
+        type=arguments.positive_int,
         default=None,
         help="a .tflite model's STFT frame length (default: read from its "
         "STFT state; 512 for speech_enhancer)",
     )
     parser.add_argument(
         "--model-rate",
-        type=int,
+        type=arguments.positive_int,
         default=MODEL_RATE,
         help=f"the model's sample rate in Hz (default {MODEL_RATE}: "
         "speech_enhancer's; a model file does not record it)",
@@ -481,17 +476,11 @@ def check_args(args):
         raise Refused(f"{args.noisy}: no such file", 2)
     if args.threads is not None and not tflite:
         raise Refused("--threads goes with a .tflite model", 2)
-    if args.threads is not None and args.threads < 1:
-        raise Refused(f"--threads must be >= 1. Received: {args.threads}", 2)
     if args.frame_length is not None and not tflite:
         raise Refused(
             "--frame-length goes with a .tflite model (a .keras model's "
             "is read from its 'stft' layer)",
             2,
-        )
-    if args.model_rate < 1:
-        raise Refused(
-            f"--model-rate must be >= 1. Received: {args.model_rate}", 2
         )
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):

@@ -27,6 +27,7 @@ Run:  python examples/modulation.py [--epochs 20] [--smoke]
 
 import argparse
 import os
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -39,6 +40,12 @@ import cvattn_keras as cvk  # noqa: E402
 # isort: split
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+
+# The examples' shared argument checks, beside this file (on sys.path when
+# run as a script; added when loaded with runpy, as the tests do).
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+import _arguments as arguments  # noqa: E402
 
 # Constellations repeat under rotation (QPSK and QAM by pi/2, 8PSK by
 # pi/4, BPSK by pi): training on [0, pi/16) and testing on [pi/8, pi/4)
@@ -81,15 +88,24 @@ def real_model(tokens, token_length, classes, width=44, heads=4):
     return keras.Model(inputs, outputs, name="real")
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--samples", type=int, default=6000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=arguments.positive_int, default=20)
+    parser.add_argument(
+        "--samples",
+        type=arguments.int_at_least(4, "a quarter of them in each test set"),
+        default=6000,
+    )
+    parser.add_argument("--seed", type=arguments.non_negative_int, default=0)
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
     if args.smoke:
         args.epochs, args.samples = 1, 120
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
 
     def data(phases, count, seed):

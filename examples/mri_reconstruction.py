@@ -74,7 +74,9 @@ Run:  python examples/mri_reconstruction.py [--acceleration 4 [8]]
 """
 
 import argparse
+import inspect
 import json
+import math
 import os
 import sys
 import time
@@ -89,6 +91,12 @@ import cvattn_keras as cvk  # noqa: E402
 # isort: split
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+
+# The examples' shared argument checks, beside this file (on sys.path when
+# run as a script; added when loaded with runpy, as the tests do).
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+import _arguments as arguments  # noqa: E402
 
 # name -> (builder, the complex model it is paired with or None, label).
 MODELS = {
@@ -125,30 +133,47 @@ CALIBRATION_SAMPLES = 64
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    positive = arguments.positive_int
     parser.add_argument(
         "--acceleration",
-        type=float,
+        type=arguments.float_in(1),
         nargs="+",
         default=None,
         help="undersampling factors, each >= 1 (default: 4; e.g. 4 8)",
     )
-    parser.add_argument("--seeds", type=int, default=None)
-    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--seeds", type=positive, default=None)
+    parser.add_argument("--epochs", type=positive, default=None)
     parser.add_argument(
-        "--train", type=int, default=None, help="training phantoms"
+        "--train", type=positive, default=None, help="training phantoms"
     )
-    parser.add_argument("--test", type=int, default=None, help="test phantoms")
-    parser.add_argument("--image-size", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--cascades", type=int, default=1)
+    parser.add_argument(
+        "--test", type=positive, default=None, help="test phantoms"
+    )
+    parser.add_argument(
+        "--image-size",
+        type=arguments.int_at_least(
+            cvk.datasets.images.MIN_IMAGE_SIZE, "synthetic_mri's smallest"
+        ),
+        default=None,
+        help="the phantoms' height and width: a multiple of every chosen "
+        "model's patch size and of 2 ** (depth - 1) of its U-Nets "
+        "(default 64; 32 with --smoke)",
+    )
+    parser.add_argument("--batch-size", type=positive, default=16)
+    parser.add_argument(
+        "--learning-rate", type=arguments.positive_float, default=1e-3
+    )
+    parser.add_argument("--cascades", type=positive, default=1)
     parser.add_argument(
         "--models",
+        type=arguments.names(MODELS),
         default=",".join(MODELS),
         help=f"comma-separated, of {', '.join(MODELS)} (default: all)",
     )
+    modes = arguments.names(MODES, {"none": []})
     parser.add_argument(
         "--modes",
+        type=modes,
         default=None,
         help="TFLite modes of the exported complex model, comma-separated: "
         f"{', '.join(MODES)}; 'none' for no export (default: all; with "
@@ -158,6 +183,7 @@ def parse_args(argv=None):
         "--out",
         "--output",
         dest="out",
+        type=arguments.output_folder,
         default=os.path.join("examples", "output"),
     )
     parser.add_argument(
@@ -171,33 +197,53 @@ def parse_args(argv=None):
             setattr(args, name, value)
     if args.acceleration is None:
         args.acceleration = [4.0]
-    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in args.models if m not in MODELS]
-    if unknown or not args.models:
-        parser.error(
-            f"--models must list some of {', '.join(MODELS)}. Received: "
-            f"--models={','.join(args.models)!r}"
-        )
     if args.modes is None:
-        args.modes = "float32,full_int8" if args.smoke else ",".join(MODES)
-    if args.modes == "none":
-        args.modes = []
-    else:
-        args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-        if not args.modes or any(m not in MODES for m in args.modes):
-            parser.error(
-                f"--modes must list some of {', '.join(MODES)} or be "
-                f"'none'. Received: --modes={','.join(args.modes)!r}"
-            )
-    for name in ("seeds", "epochs", "train", "test", "batch_size"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if any(a < 1 for a in args.acceleration):
-        parser.error(
-            "--acceleration must be >= 1. Received: "
-            f"{' '.join(str(a) for a in args.acceleration)}"
+        args.modes = modes(
+            "float32,full_int8" if args.smoke else ",".join(MODES)
         )
+    factor, why = image_factor(args.models, args.smoke)
+    if args.image_size % factor:
+        parser.error(
+            f"--image-size must be a multiple of {factor} ({why}). "
+            f"Received: --image-size {args.image_size}"
+        )
+    for acceleration in args.acceleration:
+        # synthetic_mri samples round(width * 0.32 / acceleration) centre
+        # columns (fastMRI's fraction): at least one.
+        if round(args.image_size * 0.32 / acceleration) < 1:
+            parser.error(
+                f"--acceleration {acceleration:g} leaves no fully sampled "
+                f"centre column at --image-size {args.image_size} "
+                "(synthetic_mri keeps round(0.32 * size / acceleration) of "
+                "them): raise --image-size or lower --acceleration. "
+                f"Received: --acceleration {acceleration:g}"
+            )
     return args
+
+
+def image_factor(models, smoke):
+    """`(factor, why)`: what the image size of `models` must be a
+    multiple of (the builders' defaults, or `SMOKE_SIZES` with `smoke`):
+    the transformers' patch size and the U-Nets' `2 ** (depth - 1)` (each
+    level halves the image)."""
+    factor, reasons = 1, {}
+    for name in models:
+        builder = getattr(cvk.models, MODELS[name][0])
+        sizes = {
+            key: p.default
+            for key, p in inspect.signature(builder).parameters.items()
+        }
+        sizes.update(SMOKE_SIZES[name] if smoke else {})
+        if "patch_size" in sizes:
+            need = sizes["patch_size"]
+            reason = f"the patch size {need}"
+        else:
+            need = 2 ** (sizes["depth"] - 1)
+            reason = f"2 ** (depth - 1) = {need}"
+        factor = math.lcm(factor, need)
+        reasons.setdefault(reason, []).append(name)
+    why = "; ".join(f"{k} of {', '.join(v)}" for k, v in reasons.items())
+    return factor, why
 
 
 def _label(acceleration):

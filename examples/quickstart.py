@@ -18,6 +18,7 @@ Run:  python examples/quickstart.py [--epochs 12] [--softmax real]
 
 import argparse
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # cvattn_keras first, before keras imports TensorFlow: it quiets
@@ -29,6 +30,12 @@ import cvattn_keras as cvk  # noqa: E402
 # isort: split
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+
+# The examples' shared argument checks, beside this file (on sys.path when
+# run as a script; added when loaded with runpy, as the tests do).
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+import _arguments as arguments  # noqa: E402
 
 FRAMES, FRAME_LEN = 16, 8
 
@@ -95,21 +102,49 @@ def numpy_attention(layer, x):
     return project(layer.output_dense, out)
 
 
-def main(argv=None):
+def keras_file(text):
+    """A type for `--save`: a `.keras` path whose folder exists or can be
+    made."""
+    problem = arguments.folder_problem(os.path.dirname(text) or ".")
+    if problem or not text.endswith(".keras"):
+        raise argparse.ArgumentTypeError(
+            f"{problem or 'must end in .keras'}. Received: {text!r}"
+        )
+    return text
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--softmax", default="real")
-    parser.add_argument("--product", default="inner")
-    parser.add_argument("--noise", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--save", default=None, help="save the model (.keras)")
-    parser.add_argument("--samples", type=int, default=2048)
+    parser.add_argument("--epochs", type=arguments.positive_int, default=12)
+    parser.add_argument(
+        "--softmax",
+        type=arguments.checked_by(cvk.attention.resolve_softmax),
+        default="real",
+    )
+    parser.add_argument(
+        "--product",
+        type=arguments.checked_by(cvk.attention.resolve_product),
+        default="inner",
+    )
+    parser.add_argument(
+        "--noise", type=arguments.non_negative_float, default=1.0
+    )
+    parser.add_argument("--seed", type=arguments.non_negative_int, default=0)
+    parser.add_argument(
+        "--save", type=keras_file, default=None, help="save the model (.keras)"
+    )
+    parser.add_argument("--samples", type=arguments.positive_int, default=2048)
     parser.add_argument(
         "--smoke", action="store_true", help="a seconds-long run (tests)"
     )
     args = parser.parse_args(argv)
     if args.smoke:
         args.epochs, args.samples = 1, 128
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
 
     keras.utils.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -154,6 +189,7 @@ def main(argv=None):
     if not error < 1e-4:
         raise SystemExit("attention output does not match NumPy")
     if args.save:
+        os.makedirs(os.path.dirname(os.path.abspath(args.save)), exist_ok=True)
         model.save(args.save)
         print(
             f"saved {args.save}; export it with: python -m "

@@ -86,6 +86,12 @@ import cvattn_keras as cvk  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+# The examples' shared argument checks, beside this file (on sys.path when
+# run as a script; added when loaded with runpy, as the tests do).
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+import _arguments as arguments  # noqa: E402
+
 MODELS = ("complex", "real", "cnn")
 MODES = {"float32": None, "float16": "float16", "full_int8": "full_int8"}
 TOKEN = 8  # complex samples per token: one symbol at 8 samples per symbol
@@ -488,66 +494,60 @@ def plot(summary, names, path):
 
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=10)
+    positive = arguments.positive_int
+    parser.add_argument("--seeds", type=positive, default=3)
+    parser.add_argument("--epochs", type=positive, default=10)
     parser.add_argument(
         "--train-per-cell",
-        type=int,
+        type=positive,
         default=200,
         help="training frames per class and SNR (RadioML 2016.10a: 1000 "
         "in all, of which the usual split trains on half)",
     )
-    parser.add_argument("--test-per-cell", type=int, default=100)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--learning-rate", type=float, default=3e-3)
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--modes", default="float32,full_int8")
+    parser.add_argument("--test-per-cell", type=positive, default=100)
+    parser.add_argument("--batch-size", type=positive, default=128)
+    parser.add_argument(
+        "--learning-rate", type=arguments.positive_float, default=3e-3
+    )
+    parser.add_argument(
+        "--models", type=arguments.names(MODELS), default=",".join(MODELS)
+    )
+    parser.add_argument(
+        "--modes",
+        type=arguments.names(MODES, {"": []}),
+        default="float32,full_int8",
+        help="'' for none",
+    )
     parser.add_argument(
         "--stream-tokens",
-        type=int,
+        type=arguments.int_at_least(32, "two windows"),
         default=256,
         help="tokens (of 8 samples) in each live stream",
     )
-    parser.add_argument("--streams-per-class", type=int, default=4)
-    parser.add_argument("--stream-snr", type=float, default=10.0)
+    parser.add_argument("--streams-per-class", type=positive, default=4)
+    parser.add_argument(
+        "--stream-snr",
+        type=arguments.float_in(-20, 30, why="radio_modulation's range, dB"),
+        default=10.0,
+    )
     parser.add_argument(
         "--windows",
+        type=arguments.ints_at_least(1),
         default="8,9",
         help="the complex model's sliding windows, one encoder each; the "
         "live stream needs them to cover one frame exactly (sum - count + "
         "1 = 16 tokens)",
     )
-    parser.add_argument("--data-seed", type=int, default=0)
-    parser.add_argument("--out", default=os.path.join("examples", "output"))
+    parser.add_argument(
+        "--data-seed", type=arguments.non_negative_int, default=0
+    )
+    parser.add_argument(
+        "--out",
+        type=arguments.output_folder,
+        default=os.path.join("examples", "output"),
+    )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    bad = [m for m in models if m not in MODELS] or (not models and ["''"])
-    if bad:
-        parser.error(f"--models takes names from {list(MODELS)}; got {bad}")
-    args.models = models
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    bad = [m for m in modes if m not in MODES]
-    if bad:
-        parser.error(f"--modes takes names from {list(MODES)}; got {bad}")
-    args.modes = modes
-    names = ("seeds", "epochs", "train_per_cell", "test_per_cell")
-    for name in names + ("batch_size", "streams_per_class"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be positive")
-    try:
-        args.windows = tuple(int(w) for w in args.windows.split(","))
-    except ValueError:
-        args.windows = ()
-    if not args.windows or min(args.windows) < 1:
-        parser.error(f"--windows takes positive ints; got {args.windows!r}")
-    if args.stream_tokens < 32:
-        parser.error("--stream-tokens must be at least 32 (two windows)")
-    if not -20 <= args.stream_snr <= 30:
-        parser.error(
-            "--stream-snr must be within -20 and 30 dB (radio_modulation's "
-            f"range); got {args.stream_snr}"
-        )
     if args.smoke:
         args.seeds, args.epochs = 1, 1
         args.train_per_cell, args.test_per_cell = 2, 2

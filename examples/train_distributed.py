@@ -42,6 +42,12 @@ import time
 # quiets TensorFlow's C++ start-up lines (see cvattn_keras/_startup.py).
 os.environ.setdefault("CVATTN_KERAS_QUIET_STARTUP", "1")
 
+# The examples' shared argument checks, beside this file (on sys.path when
+# run as a script; added when loaded with runpy, as the tests do).
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+import _arguments as arguments  # noqa: E402
+
 STRATEGIES = (
     "single",
     "mirrored",
@@ -65,15 +71,23 @@ _TIMEOUT = 900  # seconds, for any process this script starts
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", choices=STRATEGIES, default="mirrored")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--samples", type=int, default=256)
-    parser.add_argument("--global-batch-size", type=int, default=16)
-    parser.add_argument("--devices", type=int, default=2)
-    parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--learning-rate", type=float, default=2e-3)
-    parser.add_argument("--seed", type=int, default=0)
+    positive = arguments.positive_int
+    parser.add_argument("--epochs", type=positive, default=5)
+    parser.add_argument("--samples", type=positive, default=256)
+    parser.add_argument("--global-batch-size", type=positive, default=16)
+    parser.add_argument("--devices", type=positive, default=2)
+    parser.add_argument(
+        "--dropout",
+        type=arguments.float_in(0, 1, high_open=True),
+        default=0.1,
+    )
+    parser.add_argument(
+        "--learning-rate", type=arguments.positive_float, default=2e-3
+    )
+    parser.add_argument("--seed", type=arguments.non_negative_int, default=0)
     parser.add_argument(
         "--checkpoint-dir",
+        type=arguments.output_folder,
         default=None,
         help="multiworker: where to checkpoint (default: a temporary dir)",
     )
@@ -85,7 +99,11 @@ def parse_args(argv=None):
         args.epochs, args.samples, args.global_batch_size = 2, 32, 8
         args.dropout = 0.0
     if args.global_batch_size % args.devices:
-        parser.error("--global-batch-size must be divisible by --devices")
+        parser.error(
+            "--global-batch-size must be divisible by --devices. Received: "
+            f"--global-batch-size {args.global_batch_size}, --devices "
+            f"{args.devices}"
+        )
     return args
 
 

@@ -75,6 +75,12 @@ import cvattn_keras as cvk  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+# The examples' shared argument checks, beside this file (on sys.path when
+# run as a script; added when loaded with runpy, as the tests do).
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+import _arguments as arguments  # noqa: E402
+
 SIZES = {
     # The reference architecture scaled down to the 128 bins of the default
     # data (front end 128 -> 62 -> 30 -> 14 bins, 16 x 14 complex features
@@ -123,34 +129,38 @@ MODES = {
 }
 
 
-def parse_modes(parser, text):
-    if text == "all":
-        return list(MODES)
-    if text == "none":
-        return []
-    modes = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        parser.error(
-            f"--modes must list some of {', '.join(MODES)} (or be 'all' or "
-            f"'none'). Received: --modes={text!r}"
-        )
-    return modes
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    positive = arguments.positive_int
     parser.add_argument(
-        "--softmax", default="real", help="real|abs|absonly|naive"
+        "--softmax",
+        type=arguments.checked_by(cvk.attention.resolve_softmax),
+        default="real",
+        help="real|abs|absonly|naive",
     )
-    parser.add_argument("--product", default="inner", help="inner|bilinear")
+    parser.add_argument(
+        "--product",
+        type=arguments.checked_by(cvk.attention.resolve_product),
+        default="inner",
+        help="inner|bilinear",
+    )
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument(
-        "--epochs", type=int, default=None, help="default: the size's recipe"
+        "--epochs",
+        type=positive,
+        default=None,
+        help="default: the size's recipe",
     )
-    parser.add_argument("--samples", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--learning-rate", type=float, default=None)
+    parser.add_argument(
+        "--samples",
+        type=arguments.int_at_least(2, "one to train on, one held out"),
+        default=1024,
+        help="synthetic_music's training examples (a fifth more are held out)",
+    )
+    parser.add_argument("--batch-size", type=positive, default=None)
+    parser.add_argument(
+        "--learning-rate", type=arguments.positive_float, default=None
+    )
     parser.add_argument(
         "--data",
         default=None,
@@ -164,10 +174,16 @@ def parse_args(argv=None):
         default=None,
         help="what the model takes (default: waveform; spectra with --data)",
     )
-    parser.add_argument("--output", default=os.path.join("examples", "output"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--output",
+        type=arguments.output_folder,
+        default=os.path.join("examples", "output"),
+    )
+    parser.add_argument("--seed", type=arguments.non_negative_int, default=0)
+    modes = arguments.names(MODES, {"all": list(MODES), "none": []})
     parser.add_argument(
         "--modes",
+        type=modes,
         default=None,
         help="TFLite quantization modes to measure, comma-separated: "
         f"{','.join(MODES)}; 'all' or 'none' (default: all; with --smoke "
@@ -178,7 +194,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--streaming",
-        type=int,
+        type=arguments.int_at_least(1, "a window of frames"),
         default=None,
         metavar="W",
         help="train the streamable model (causal attention over the last W "
@@ -188,7 +204,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--frame-step",
-        type=int,
+        type=positive,
         default=None,
         metavar="N",
         help="with --streaming and audio: the STFT's hop in samples, a "
@@ -196,16 +212,10 @@ def parse_args(argv=None):
         "length, for synthetic_music; 512 for scores)",
     )
     args = parser.parse_args(argv)
-    if args.streaming is not None and args.streaming < 1:
-        parser.error(
-            f"--streaming must be a window of >= 1 frames. Received: "
-            f"--streaming {args.streaming}"
-        )
     if args.frame_step is not None and args.streaming is None:
         parser.error("--frame-step goes with --streaming")
     if args.modes is None:
-        args.modes = "float32,full_int8" if args.smoke else "all"
-    args.modes = parse_modes(parser, args.modes)
+        args.modes = modes("float32,full_int8" if args.smoke else "all")
     musicnet = args.data not in (None, "scores")
     if args.input is None:
         args.input = "spectra" if musicnet else "waveform"
@@ -232,7 +242,7 @@ def parse_args(argv=None):
         # The frame length of the data's STFT: score_music's, or
         # synthetic_music's 2 * bins.
         length = 2048 if args.data == "scores" else 2 * _bins(args)
-        if args.frame_step < 1 or length % args.frame_step:
+        if length % args.frame_step:
             parser.error(
                 f"--frame-step must divide the frame length, {length} "
                 f"samples. Received: --frame-step {args.frame_step}"

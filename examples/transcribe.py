@@ -90,6 +90,14 @@ import numpy as np  # noqa: E402
 
 import cvattn_keras as cvk  # noqa: E402
 
+# The examples' shared argument checks and WAV samples, beside this file
+# (on sys.path when run as a script; added when loaded with runpy, as the
+# tests do).
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+import _arguments as arguments  # noqa: E402
+import _wav  # noqa: E402
+
 
 class Refused(Exception):
     """What cannot be transcribed: `main` prints it as one line on stderr
@@ -134,22 +142,9 @@ def read_wav(path):
             f"({error or 'the file ends early'}); convert it, e.g. "
             "`ffmpeg -i IN -c:a pcm_s16le OUT.wav`"
         ) from None
-    if width not in (1, 2, 3, 4):
+    if width not in _wav.WIDTHS:
         raise Refused(f"{path}: {8 * width}-bit samples are not read")
-    # A file cut short ends mid-frame: keep whole frames only.
-    data = data[: len(data) // (channels * width) * channels * width]
-    if width == 1:  # unsigned 8-bit
-        x = (np.frombuffer(data, np.uint8).astype(np.float32) - 128) / 128
-    elif width == 3:  # 24-bit little-endian: widen to 32
-        raw = np.frombuffer(data, np.uint8).reshape(-1, 3)
-        wide = np.zeros((len(raw), 4), np.uint8)
-        wide[:, 1:] = raw
-        x = wide.view("<i4")[:, 0].astype(np.float32) / 2.0**31
-    else:
-        dtype = {2: "<i2", 4: "<i4"}[width]
-        x = np.frombuffer(data, dtype).astype(np.float32)
-        x /= 2.0 ** (8 * width - 1)
-    return x.reshape(-1, channels).mean(axis=1), rate
+    return _wav.pcm_samples(data, channels, width).mean(axis=1), rate
 
 
 # Why python-soxr: it is the resampler librosa uses by default (and
@@ -505,9 +500,9 @@ def parse_args(argv=None):
         default=None,
         help="what the file takes (default: MODEL's .json beside it)",
     )
-    parser.add_argument("--threshold", type=float, default=0.5)
-    parser.add_argument("--min-frames", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threshold", type=arguments.fraction, default=0.5)
+    parser.add_argument("--min-frames", type=arguments.positive_int, default=1)
+    parser.add_argument("--threads", type=arguments.positive_int, default=1)
     parser.add_argument("--output", default=None, help="default: AUDIO's")
     parser.add_argument(
         "--stream",
@@ -518,7 +513,7 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--block",
-        type=int,
+        type=arguments.positive_int,
         default=None,
         help="with --stream: samples read at a time at the file's rate, "
         "as a microphone's buffer (default: one hop's worth)",
@@ -526,16 +521,6 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.block is not None and not args.stream:
         parser.error("--block goes with --stream")
-    if args.block is not None and args.block < 1:
-        parser.error(f"--block must be >= 1. Received: {args.block}")
-    if not 0 < args.threshold < 1:
-        parser.error(
-            f"--threshold must be in (0, 1). Received: {args.threshold}"
-        )
-    if args.min_frames < 1:
-        parser.error(f"--min-frames must be >= 1. Received: {args.min_frames}")
-    if args.threads < 1:
-        parser.error(f"--threads must be >= 1. Received: {args.threads}")
     if not os.path.isfile(args.model):
         parser.error(f"--model {args.model}: no such file")
     if args.description is None:
@@ -606,13 +591,9 @@ def read_description(path, stream=False):
 
 def output_folder(output):
     """`output`, a folder that exists or can be made (nothing made yet)."""
-    probe = os.path.abspath(output)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise Refused(f"--output {output}: {probe} is a file, not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise Refused(f"--output {output}: {probe} is not writable")
+    problem = arguments.folder_problem(output)
+    if problem:
+        raise Refused(f"--output {output}: {problem}")
     return output
 
 
