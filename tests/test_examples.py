@@ -645,12 +645,18 @@ def test_radio(tmp_path):
 def test_radio_refuses_bad_arguments(capsys):
     main = _main("radio.py")
     for argv, message in (
-        (["--models", "transformer"], "--models takes names"),
-        (["--modes", "int4"], "--modes takes names"),
-        (["--seeds", "0"], "--seeds must be positive"),
-        (["--stream-tokens", "8"], "--stream-tokens must be at least"),
-        (["--stream-snr", "40"], "--stream-snr must be within"),
-        (["--batch-size", "0"], "--batch-size must be positive"),
+        (["--models", "transformer"], "argument --models: must list names"),
+        (["--modes", "int4"], "argument --modes: must list names"),
+        (["--seeds", "0"], "argument --seeds: must be an int >= 1"),
+        (
+            ["--stream-tokens", "8"],
+            "argument --stream-tokens: must be an int >= 32",
+        ),
+        (
+            ["--stream-snr", "40"],
+            "argument --stream-snr: must be a finite number in [-20, 30]",
+        ),
+        (["--batch-size", "0"], "argument --batch-size: must be an int >= 1"),
     ):
         with pytest.raises(SystemExit):
             main(argv)
@@ -1104,7 +1110,7 @@ def test_train_music_streaming_arguments(tmp_path, monkeypatch, capsys):
     )
     assert args.streaming == 4 and args.frame_step == 64
     for argv, message in (
-        (["--streaming", "0"], "--streaming must be a window of >= 1"),
+        (["--streaming", "0"], "argument --streaming: must be an int >= 1"),
         (["--frame-step", "128"], "--frame-step goes with --streaming"),
         (["--streaming", "4", "--frame-step", "100"], "must divide"),
         (
