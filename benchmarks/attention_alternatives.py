@@ -1,0 +1,252 @@
+"""Speed and memory of the alternatives to full attention (issue 43).
+
+Times, at each sequence length T, self-attention of B = 1 sequence, 4
+heads, E = 64 complex features (16 per head), softmax `--softmax`
+(default CAtt), inner product:
+
+- `low_rank`: `ComplexLowRankAttention(rank=min(--rank, T), max_length=T)`
+  (Linformer; `--rank` 256 by default, Linformer's k);
+- `full`: `ComplexMultiHeadAttention` (exact; its default
+  `chunk_size="auto"` attends in blocks of 512 keys from T = 4096 on);
+- `native`: the same full attention in native complex64 TensorFlow ops,
+  the reference PyTorch code's formulation (`_speed_native.py`, as
+  `attention_speed.py` times it); skipped where its `(T, T)` complex64
+  scores per head would exceed `--native-limit-gib`;
+- `real2x`: a real `keras.layers.MultiHeadAttention` of twice the width
+  (`key_dim` 32 on the 2E = 128 stacked channels: the same FLOPs as CAtt).
+
+Each pass (`forward`, `backward`: forward and the gradient of `sum y^2`
+with respect to the weights) is one `tf.function`, XLA-compiled (`--jit
+off` for graph mode); the candidates of one length and pass are timed
+round-robin (`_speed_timing.py`) so that load that comes and goes hits
+them alike, the median of `--repeats` rounds after warm-up. `--memory`
+adds the peak resident memory of each candidate and pass, one subprocess
+each (`VmHWM` after a reset, the whole process: Python, TensorFlow, XLA),
+as `attention_speed.py --memory` measures it.
+
+Run:  python benchmarks/attention_alternatives.py [--lengths 256,1024,4096,8192]
+          [--rank 256] [--softmax real] [--passes forward,backward]
+          [--repeats 5] [--jit on] [--memory] [--native-limit-gib 4]
+          [--json out.json]
+
+On a 2-core CPU: about 5 minutes for the defaults without `--memory`
+(the full attentions at T = 8192 take seconds per step); numbers from a
+machine shared with other work are indicative.
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+BATCH, HEADS, FEATURES = 1, 4, 64
+CANDIDATES = ("low_rank", "full", "native", "real2x")
+
+
+def _candidate(name, length, rank, softmax):
+    """`{call, inputs, variables}` for `_speed_candidates.compiled`; layers
+    built on 8 tokens first, so that the build leaves no full-size
+    buffers behind."""
+    import keras
+    import numpy as np
+
+    import cvattn_keras as cvk
+
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((BATCH, length, FEATURES))
+    z = z + 1j * rng.standard_normal((BATCH, length, FEATURES))
+    x = keras.ops.convert_to_tensor(cvk.to_stacked(z / np.sqrt(2)))
+    head = FEATURES // HEADS
+    if name == "native":
+        from _speed_native import NativeComplexAttention
+        from _speed_native import native_input
+
+        module = NativeComplexAttention(FEATURES, HEADS, softmax, "inner")
+        return dict(
+            call=module,
+            inputs=(native_input(x),),
+            variables=list(module.trainable_variables),
+        )
+    if name == "real2x":
+        layer = keras.layers.MultiHeadAttention(HEADS, 2 * head)
+    elif name == "full":
+        layer = cvk.layers.ComplexMultiHeadAttention(
+            HEADS, head, softmax=softmax
+        )
+    else:
+        layer = cvk.layers.ComplexLowRankAttention(
+            HEADS,
+            head,
+            rank=min(rank, length),
+            max_length=length,
+            softmax=softmax,
+        )
+    layer(x[:, :8], x[:, :8])
+    return dict(
+        call=lambda x: layer(x, x),
+        inputs=(x,),
+        variables=list(layer.trainable_variables),
+    )
+
+
+def _native_gib(length):
+    """The native path's `(B, N, T, T)` complex64 scores, GiB."""
+    return BATCH * HEADS * length * length * 8 / 2**30
+
+
+def _names(length, args):
+    names = list(CANDIDATES)
+    if _native_gib(length) > args.native_limit_gib:
+        names.remove("native")
+    return names
+
+
+def _time(length, pass_, args):
+    from _speed_candidates import compiled
+    from _speed_timing import time_round_robin
+
+    steps = {
+        name: compiled(
+            _candidate(name, length, args.rank, args.softmax),
+            pass_,
+            args.jit == "on",
+        )
+        for name in _names(length, args)
+    }
+    timed = time_round_robin(steps, args.repeats, warmup=1)
+    return {name: result["median"] for name, result in timed.items()}
+
+
+def _child(spec):
+    """One candidate, length and pass in this process: prints its peak
+    resident memory (MiB) as a JSON line."""
+    from _speed_candidates import compiled
+    from _speed_memory import _reset_peak
+    from _speed_timing import block
+    from attention_memory import _peak_and_current_kib
+
+    candidate = _candidate(
+        spec["name"], spec["length"], spec["rank"], spec["softmax"]
+    )
+    step = compiled(candidate, spec["pass_"], spec["jit"])
+    reset = _reset_peak()
+    _, base = _peak_and_current_kib()
+    block(step())
+    block(step())
+    peak, _ = _peak_and_current_kib()
+    print(
+        json.dumps(
+            dict(peak_mib=peak / 1024, base_mib=base / 1024, reset=reset)
+        )
+    )
+
+
+def _memory(name, length, pass_, args):
+    """`{peak_mib, base_mib}` of one candidate and pass, measured in a
+    subprocess (`_child`), or `{error}`."""
+    from cvattn_keras.export._subprocess import run_python
+
+    spec = dict(
+        name=name,
+        length=length,
+        pass_=pass_,
+        rank=args.rank,
+        softmax=args.softmax,
+        jit=args.jit == "on",
+    )
+    done = run_python(
+        [os.path.abspath(__file__), "--child", json.dumps(spec)],
+        900,
+        {"TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode or not lines:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-2:]
+        return {"error": f"exit {done.returncode}: {' | '.join(tail)}"}
+    return json.loads(lines[-1])
+
+
+def _row_text(row):
+    def ms(name):
+        value = row["seconds"].get(name)
+        return "-" if value is None else f"{1e3 * value:.1f}"
+
+    def mib(name):
+        value = row.get("memory", {}).get(name, {})
+        return f"{value['peak_mib']:.0f}" if "peak_mib" in value else "-"
+
+    seconds = row["seconds"]
+    speedup = seconds["full"] / seconds["low_rank"]
+    cells = [str(row["length"]), row["pass"]]
+    cells += [ms(name) for name in CANDIDATES] + [f"{speedup:.2f}"]
+    if "memory" in row:
+        cells += [mib(name) for name in CANDIDATES]
+    return "| " + " | ".join(cells) + " |"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", default="256,1024,4096,8192")
+    parser.add_argument("--rank", type=int, default=256)
+    parser.add_argument("--softmax", default="real")
+    parser.add_argument("--passes", default="forward,backward")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--jit", choices=("on", "off"), default="on")
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--native-limit-gib", type=float, default=4.0)
+    parser.add_argument("--json", default=None, help="write results here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(json.loads(args.child))
+        return None
+    lengths = [int(x) for x in args.lengths.split(",")]
+    passes = args.passes.split(",")
+    print(
+        f"B={BATCH}, heads={HEADS}, E={FEATURES} complex, softmax="
+        f"{args.softmax}, rank={args.rank}, jit={args.jit}; ms per step "
+        "(median), full/low_rank = how many times faster low_rank is"
+        + ("; peak RSS MiB of a subprocess" if args.memory else "")
+    )
+    header = ["T", "pass", *CANDIDATES, "full/low_rank"]
+    if args.memory:
+        header += [f"{name} MiB" for name in CANDIDATES]
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    rows = []
+    for length in lengths:
+        for pass_ in passes:
+            row = dict(length=length, seconds=_time(length, pass_, args))
+            row["pass"] = pass_
+            if args.memory:
+                row["memory"] = {
+                    name: _memory(name, length, pass_, args)
+                    for name in _names(length, args)
+                }
+            rows.append(row)
+            print(_row_text(row), flush=True)
+    if args.json:
+        import tensorflow as tf
+
+        results = dict(
+            benchmark="attention_alternatives",
+            shape=dict(batch=BATCH, heads=HEADS, features=FEATURES),
+            arguments=vars(args),
+            machine=platform.platform(),
+            cpus=os.cpu_count(),
+            tensorflow=tf.__version__,
+            rows=rows,
+        )
+        with open(args.json, "w") as file:
+            json.dump(results, file, indent=2)
+        print(f"Wrote {args.json}")
+    return None
+
+
+if __name__ == "__main__":
+    main()
