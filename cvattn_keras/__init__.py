@@ -26,6 +26,7 @@ from cvattn_keras import interop  # noqa: E402
 from cvattn_keras import layers  # noqa: E402
 from cvattn_keras import metrics  # noqa: E402
 from cvattn_keras import models  # noqa: E402
+from cvattn_keras import quantization  # noqa: E402
 from cvattn_keras import streaming  # noqa: E402
 from cvattn_keras.complex import from_stacked  # noqa: E402
 from cvattn_keras.complex import to_stacked  # noqa: E402
@@ -43,6 +44,7 @@ __all__ = [
     "layers",
     "metrics",
     "models",
+    "quantization",
     "streaming",
     "to_stacked",
 ]

@@ -33,6 +33,7 @@ from cvattn_keras.export._modes import _FULL_INTEGER
 from cvattn_keras.export._modes import QUANTIZATIONS
 from cvattn_keras.export._subprocess import _CHILD_ENV
 from cvattn_keras.export._subprocess import convert_by_command_line
+from cvattn_keras.quantization import QuantizeWrapper
 
 
 def _layer_names(model):
@@ -134,6 +135,25 @@ def _default_num_samples(model):
     if stream and all(re.fullmatch(r"state_\d+_.*", n) for n in names[1:]):
         return sys.maxsize
     return 100
+
+
+def _check_qat_mode(model, quantization):
+    """A `quantization.quantize_model` copy trained its 8-bit ranges for
+    the int8 modes; another mode would ignore or misuse them."""
+    wrapped = [
+        layer.name
+        for layer in getattr(model, "layers", [])
+        if isinstance(layer, QuantizeWrapper)
+    ]
+    if wrapped and quantization not in (None, "int8", "full_int8"):
+        raise ValueError(
+            f"`model` {model.name!r} is quantization-aware (8-bit ranges "
+            f"in {len(wrapped)} layers, e.g. {wrapped[0]!r}): it exports "
+            "with quantization='int8' or 'full_int8' (or None: a float32 "
+            "file that simulates the rounding with FAKE_QUANT ops). For "
+            f"quantization={quantization!r}, export "
+            "`cvattn_keras.quantization.strip(model)`, its float model."
+        )
 
 
 def export_tflite(
@@ -283,6 +303,7 @@ def export_tflite(
             f"`quantization` must be one of {list(QUANTIZATIONS)}. "
             f"Received: quantization={quantization!r}"
         )
+    _check_qat_mode(model, quantization)
     if num_calibration_samples is None:
         num_calibration_samples = _default_num_samples(model)
     num_calibration_samples = _check_num_samples(num_calibration_samples)

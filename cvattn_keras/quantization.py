@@ -1,0 +1,348 @@
+"""Quantization-aware training (QAT) for integer TFLite files.
+
+`quantize_model(model)` returns a copy of a functional model (the same
+weights, shared) in which every layer's float outputs, and the model's
+float inputs, pass through a `FakeQuant`: the value is rounded to the
+8-bit grid of a range that the layer tracks (its batch's min and max,
+averaged over training steps), with a straight-through gradient. Trained
+a few epochs so, the weights learn to live with the rounding that an
+integer file applies at those points.
+
+`export.export_tflite(qat_model, path, quantization="full_int8",
+representative_data=...)` then writes a file whose tensors at the fake
+quantization points take the learned ranges (TensorFlow's converter reads
+them from the `FakeQuantWithMinMaxVars` ops); the tensors inside a layer
+(a complex product's parts, attention scores, a norm's statistics) have
+no fake quantization and are calibrated on `representative_data`, as in
+post-training quantization. So QAT here serves the 8-bit modes (`int8`,
+`full_int8`); `strip(qat_model)` gives back the float model with the
+trained weights (for `to_streaming`, or for the other modes).
+"""
+
+import keras
+from keras import ops
+
+__all__ = [
+    "FakeQuant",
+    "QuantizeWrapper",
+    "calibrate",
+    "quantize_model",
+    "strip",
+]
+
+# TensorFlow Model Optimization's activation quantizer starts from this
+# range until the first batch is seen.
+_INITIAL_RANGE = 6.0
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class FakeQuant(keras.layers.Layer):
+    """Fake quantization with a tracked range: `x` rounded to the
+    `2**num_bits` levels of `[min, max]` (the range widened to hold 0, as
+    TFLite's zero point needs), with a straight-through gradient inside the
+    range (`keras.quantizers.fake_quant_with_min_max_vars`, which is
+    TensorFlow's `FakeQuantWithMinMaxVars` on that backend: the op the
+    TFLite converter turns into the tensor's quantization parameters).
+
+    In training, the range follows the batch: the first batch sets it,
+    later ones move it by `1 - momentum` towards their own min and max.
+    `calibrate(model, data)` sets it from data without training (the
+    union of the batches' ranges).
+
+    Args:
+        num_bits: int in [2, 16], the levels' bits (8 for int8 files).
+        momentum: float in [0, 1), the weight of the old range per step.
+    """
+
+    def __init__(self, num_bits=8, momentum=0.99, **kwargs):
+        super().__init__(**kwargs)
+        if (
+            isinstance(num_bits, bool)
+            or not isinstance(num_bits, int)
+            or not 2 <= num_bits <= 16
+        ):
+            raise ValueError(
+                "`num_bits` must be an int in [2, 16]. Received: "
+                f"num_bits={num_bits!r}"
+            )
+        if (
+            isinstance(momentum, bool)
+            or not isinstance(momentum, (int, float))
+            or not 0 <= momentum < 1
+        ):
+            raise ValueError(
+                "`momentum` must be a float in [0, 1). Received: "
+                f"momentum={momentum!r}"
+            )
+        self.num_bits = num_bits
+        self.momentum = float(momentum)
+        self.supports_masking = True
+        self._observing = False  # set by `calibrate`
+
+    def build(self, input_shape):
+        self.range_min = self.add_weight(
+            shape=(),
+            initializer=keras.initializers.Constant(-_INITIAL_RANGE),
+            trainable=False,
+            name="range_min",
+            dtype="float32",
+        )
+        self.range_max = self.add_weight(
+            shape=(),
+            initializer=keras.initializers.Constant(_INITIAL_RANGE),
+            trainable=False,
+            name="range_max",
+            dtype="float32",
+        )
+        self.seen = self.add_weight(
+            shape=(),
+            initializer="zeros",
+            trainable=False,
+            name="seen",
+            dtype="float32",
+        )
+
+    def _track(self, x, momentum):
+        """Moves the range towards `x`'s by `1 - momentum` (`None`: widens
+        it to hold `x`); the first batch sets it."""
+        low = ops.cast(ops.min(x), "float32")
+        high = ops.cast(ops.max(x), "float32")
+        first = ops.cast(ops.equal(self.seen, 0.0), "float32")
+        if momentum is None:
+            low = ops.minimum(low, self.range_min + first * 1e30)
+            high = ops.maximum(high, self.range_max - first * 1e30)
+        else:
+            keep = momentum * (1.0 - first)
+            low = keep * self.range_min + (1.0 - keep) * low
+            high = keep * self.range_max + (1.0 - keep) * high
+        self.range_min.assign(low)
+        self.range_max.assign(high)
+        self.seen.assign(self.seen + 1.0)
+
+    def call(self, x, training=None):
+        if self._observing:
+            self._track(x, None)
+        elif training:
+            self._track(x, self.momentum)
+        low = ops.minimum(ops.cast(self.range_min, "float32"), 0.0)
+        high = ops.maximum(ops.cast(self.range_max, "float32"), 0.0)
+        # A range of zero width (a tensor that was always 0) keeps 0.
+        high = ops.maximum(high, low + 1e-6)
+        return keras.quantizers.fake_quant_with_min_max_vars(
+            x, low, high, num_bits=self.num_bits
+        )
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_bits=self.num_bits, momentum=self.momentum)
+        return config
+
+
+def _is_float(tensor):
+    return "float" in str(getattr(tensor, "dtype", ""))
+
+
+@keras.saving.register_keras_serializable(package="cvattn_keras")
+class QuantizeWrapper(keras.layers.Wrapper):
+    """`layer` with its float outputs (and, with `quantize_inputs`, its
+    positional float inputs) through a `FakeQuant` each; the wrapped
+    layer's weights are its own (shared with the model it came from).
+
+    Args:
+        layer: the Keras layer.
+        num_outputs: how many outputs `layer` returns (flattened).
+        quantize_inputs: tuple of the positional inputs' indices to fake
+            quantize (the model's own inputs, fed to this layer).
+        num_bits, momentum: the `FakeQuant`s'.
+    """
+
+    def __init__(
+        self,
+        layer,
+        num_outputs=1,
+        quantize_inputs=(),
+        num_bits=8,
+        momentum=0.99,
+        **kwargs,
+    ):
+        super().__init__(layer, **kwargs)
+        self.num_outputs = int(num_outputs)
+        self.quantize_inputs = tuple(int(i) for i in quantize_inputs)
+        self.num_bits = num_bits
+        self.momentum = momentum
+        self.output_quantizers = [
+            FakeQuant(num_bits, momentum, name=f"output_{i}")
+            for i in range(self.num_outputs)
+        ]
+        self.input_quantizers = [
+            FakeQuant(num_bits, momentum, name=f"input_{i}")
+            for i in self.quantize_inputs
+        ]
+
+    def build(self, *args, **kwargs):
+        for quantizer in self._quantizers():
+            if not quantizer.built:
+                quantizer.build(None)
+        self.built = True
+
+    def _quantizers(self):
+        return [*self.input_quantizers, *self.output_quantizers]
+
+    def call(self, *args, training=None, **kwargs):
+        args = list(args)
+        for index, quantizer in zip(
+            self.quantize_inputs, self.input_quantizers
+        ):
+            if index < len(args) and _is_float(args[index]):
+                args[index] = quantizer(args[index], training=training)
+        if self.layer._call_has_training_arg:
+            kwargs["training"] = training
+        outputs = self.layer(*args, **kwargs)
+        flat = keras.tree.flatten(outputs)
+        quantized = [
+            quantizer(tensor, training=training)
+            if _is_float(tensor)
+            else tensor
+            for tensor, quantizer in zip(flat, self.output_quantizers)
+        ]
+        return keras.tree.pack_sequence_as(outputs, quantized)
+
+    def compute_output_spec(self, *args, **kwargs):
+        kwargs.pop("training", None)
+        return self.layer.compute_output_spec(*args, **kwargs)
+
+    def compute_output_shape(self, *args, **kwargs):
+        return self.layer.compute_output_shape(*args, **kwargs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_outputs=self.num_outputs,
+            quantize_inputs=list(self.quantize_inputs),
+            num_bits=self.num_bits,
+            momentum=self.momentum,
+        )
+        return config
+
+
+def _check_model(model):
+    if not isinstance(model, keras.Model):
+        raise ValueError(
+            "`model` must be a functional or Sequential keras.Model. "
+            f"Received: {type(model).__name__}"
+        )
+    if not hasattr(model, "_nodes_by_depth"):
+        raise ValueError(
+            "`quantize_model` rebuilds the model's graph, which a "
+            "subclassed model does not expose: build it with the "
+            "functional API (keras.Input ... keras.Model(inputs, outputs)). "
+            f"Received: model {model.name!r} of class "
+            f"{type(model).__name__}"
+        )
+    for layer in model._flatten_layers(include_self=False):
+        policy = getattr(layer, "dtype_policy", None)
+        if policy is not None and policy.compute_dtype != "float32":
+            raise ValueError(
+                "`quantize_model` trains with float32 fake quantization "
+                "(an integer file starts from float32 ranges): layer "
+                f"{layer.name!r} computes in {policy.compute_dtype} "
+                f"(policy {policy.name!r}). Build the model under the "
+                "'float32' policy."
+            )
+        if isinstance(layer, QuantizeWrapper):
+            raise ValueError(
+                f"`model` {model.name!r} is quantization-aware already "
+                f"(layer {layer.name!r}). Call `strip(model)` first."
+            )
+
+
+def quantize_model(model, num_bits=8, momentum=0.99):
+    """A quantization-aware copy of a functional `model`: every layer
+    wrapped in a `QuantizeWrapper` (its float outputs, and the model's
+    float inputs, fake-quantized to `num_bits`), the weights shared with
+    `model`. Compile and train it as any model; export it with
+    `export.export_tflite(..., quantization="full_int8")` (or `"int8"`),
+    or `strip` it.
+
+    Raises a `ValueError` for a subclassed model (no graph to rebuild), a
+    layer under a mixed-precision policy, or a model quantized already.
+    """
+    _check_model(model)
+    FakeQuant(num_bits, momentum)  # checks the arguments, by name
+    model_inputs = {id(t) for t in model.inputs}
+
+    def wrap(layer):
+        node = layer._inbound_nodes[0] if layer._inbound_nodes else None
+        if node is None:
+            return layer
+        arguments = list(node.arguments.args)
+        quantize_inputs = tuple(
+            i
+            for i, argument in enumerate(arguments)
+            if id(argument) in model_inputs and _is_float(argument)
+        )
+        outputs = keras.tree.flatten(node.outputs)
+        return QuantizeWrapper(
+            layer,
+            num_outputs=len(outputs),
+            quantize_inputs=quantize_inputs,
+            num_bits=num_bits,
+            momentum=momentum,
+            name=f"quant_{layer.name}",
+        )
+
+    qat = keras.models.clone_model(model, clone_function=wrap)
+    qat.name = f"{model.name}_qat"
+    return qat
+
+
+def strip(model):
+    """The float model inside a `quantize_model` copy: each
+    `QuantizeWrapper` replaced by the layer it wraps (the trained weights,
+    shared), for `streaming.to_streaming` or a float or post-training
+    export."""
+    if not isinstance(model, keras.Model):
+        raise ValueError(
+            f"`model` must be a keras.Model. Received: {type(model).__name__}"
+        )
+
+    def unwrap(layer):
+        return layer.layer if isinstance(layer, QuantizeWrapper) else layer
+
+    stripped = keras.models.clone_model(model, clone_function=unwrap)
+    if model.name.endswith("_qat"):
+        stripped.name = model.name[: -len("_qat")]
+    return stripped
+
+
+def calibrate(model, data, batch_size=32):
+    """Sets every `FakeQuant` range of a `quantize_model` copy from `data`
+    (an array, or a list of arrays, one per input): the union of the
+    ranges seen, batch by batch, without training. Returns `model`."""
+    quantizers = [
+        quantizer
+        for layer in model.layers
+        if isinstance(layer, QuantizeWrapper)
+        for quantizer in layer._quantizers()
+    ]
+    if not quantizers:
+        raise ValueError(
+            f"`model` {model.name!r} has no FakeQuant: quantize it with "
+            "`quantize_model` first."
+        )
+    arrays = data if isinstance(data, (list, tuple)) else [data]
+    count = len(arrays[0])
+    for quantizer in quantizers:
+        quantizer.seen.assign(0.0)
+        quantizer._observing = True
+    try:
+        for start in range(0, count, batch_size):
+            batch = [array[start : start + batch_size] for array in arrays]
+            model(batch if len(batch) > 1 else batch[0], training=False)
+    finally:
+        for quantizer in quantizers:
+            quantizer._observing = False
+    return model
