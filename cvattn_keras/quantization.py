@@ -156,7 +156,8 @@ class QuantizeWrapper(keras.layers.Wrapper):
         num_outputs: how many outputs `layer` returns (flattened).
         quantize_inputs: tuple of the positional inputs' indices to fake
             quantize (the model's own inputs, fed to this layer).
-        num_bits, momentum: the `FakeQuant`s'.
+        num_bits: the `FakeQuant`s' bits.
+        momentum: the `FakeQuant`s' momentum.
     """
 
     def __init__(
