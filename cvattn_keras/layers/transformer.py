@@ -173,6 +173,16 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             **self._common(name),
         )
 
+    def _build_self_attention(self, shape):
+        """Builds the self-attention and its norm on `shape`; returns the
+        complex features."""
+        features = self._features(shape)
+        self.self_attention = self._attention(features, "self_attention")
+        self.self_attention.build(shape, shape)
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_norm.build(shape)
+        return features
+
     def _build_feedforward(self, shape, features):
         width = self.intermediate_dim or features
         self.feedforward_in = ComplexDense(
@@ -238,6 +248,28 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         x = self.feedforward_activation(self.feedforward_in(x))
         x = self.feedforward_dropout(x, training=training)
         return self.feedforward_out(x)
+
+    def _feedforward_residual(self, x, training):
+        """The last sublayer: the feed-forward network in its residual."""
+        x, _ = self._residual(
+            x,
+            self.feedforward_norm,
+            lambda h: self._feedforward(h, training),
+        )
+        return x
+
+    def _scores_spec(self, query_shape, keys_shape):
+        """The attention weights' spec, `(B, num_heads, T, 2S)`."""
+        length = keys_shape[1]
+        return keras.KerasTensor(
+            (
+                query_shape[0],
+                self.num_heads,
+                query_shape[1],
+                None if length is None else 2 * length,
+            ),
+            self.compute_dtype,
+        )
 
     def get_config(self):
         return {
@@ -333,11 +365,7 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
     """
 
     def build(self, inputs_shape):
-        features = self._features(inputs_shape)
-        self.self_attention = self._attention(features, "self_attention")
-        self.self_attention.build(inputs_shape, inputs_shape)
-        self.self_attention_norm = self._norm("self_attention_norm")
-        self.self_attention_norm.build(inputs_shape)
+        features = self._build_self_attention(inputs_shape)
         self._build_feedforward(inputs_shape, features)
 
     def call(
@@ -350,9 +378,7 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
         training=None,
     ):
         self._check_encoder_masks(inputs.shape, padding_mask, attention_mask)
-        masks = {}
-        if padding_mask is not None:
-            masks = dict(query_mask=padding_mask, value_mask=padding_mask)
+        masks = _self_attention_masks(padding_mask)
 
         def attend(x):
             return self.self_attention(
@@ -367,11 +393,7 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
             )
 
         x, scores = self._residual(inputs, self.self_attention_norm, attend)
-        x, _ = self._residual(
-            x,
-            self.feedforward_norm,
-            lambda h: self._feedforward(h, training),
-        )
+        x = self._feedforward_residual(x, training)
         return (x, scores) if return_attention_scores else x
 
     def _check_encoder_masks(self, shape, padding_mask, attention_mask):
@@ -395,14 +417,7 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
         if not return_attention_scores:
             return output
-        batch, length = inputs.shape[0], inputs.shape[1]
-        scores_shape = (
-            batch,
-            self.num_heads,
-            length,
-            None if length is None else 2 * length,
-        )
-        return output, keras.KerasTensor(scores_shape, self.compute_dtype)
+        return output, self._scores_spec(inputs.shape, inputs.shape)
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -495,11 +510,7 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         shape = decoder_sequence_shape
-        features = self._features(shape)
-        self.self_attention = self._attention(features, "self_attention")
-        self.self_attention.build(shape, shape)
-        self.self_attention_norm = self._norm("self_attention_norm")
-        self.self_attention_norm.build(shape)
+        features = self._build_self_attention(shape)
         self.cross_attention = self.cross_attention_norm = None
         if encoder_sequence_shape is not None:
             self.cross_attention = self._attention(features, "cross_attention")
@@ -530,33 +541,11 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
                 + ("with" if self.cross_attention is not None else "without")
                 + " an `encoder_sequence` and must be called the same way."
             )
-        self._check_caches(
-            encoder_sequence,
-            decoder_padding_mask,
-            self_attention_cache,
-            self_attention_cache_update_index,
-            cross_attention_cache,
-            cross_attention_cache_update_index,
-        )
-        self._check_decoder_masks(
-            decoder_sequence.shape,
-            None if encoder_sequence is None else encoder_sequence.shape,
-            decoder_padding_mask,
-            encoder_padding_mask,
-            self_attention_mask,
-            cross_attention_mask,
-            self_attention_cache,
-            cross_attention_cache,
-        )
+        self._check_arguments(locals())
         # As Keras masks would: the decoder's padding masks its
         # self-attention (queries and keys), the encoder's the keys of the
         # cross-attention.
-        self_masks = {}
-        if decoder_padding_mask is not None:
-            self_masks = dict(
-                query_mask=decoder_padding_mask,
-                value_mask=decoder_padding_mask,
-            )
+        self_masks = _self_attention_masks(decoder_padding_mask)
         options = dict(
             return_attention_scores=return_attention_scores,
             training=training,
@@ -614,11 +603,7 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             x, cross_scores = self._residual(
                 x, self.cross_attention_norm, attend_encoder
             )
-        x, _ = self._residual(
-            x,
-            self.feedforward_norm,
-            lambda h: self._feedforward(h, training),
-        )
+        x = self._feedforward_residual(x, training)
         outputs = [x]
         if return_attention_scores:
             outputs.append((self_scores, cross_scores))
@@ -626,6 +611,13 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             caches[name] for name in ("self", "cross") if name in caches
         )
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _check_arguments(self, arguments):
+        """The checks of `call` and `compute_output_spec`: `arguments`
+        are theirs by name (their `locals()`)."""
+        arguments = {k: v for k, v in arguments.items() if k != "self"}
+        self._check_caches(**arguments)
+        self._check_decoder_masks(**arguments)
 
     def _check_caches(
         self,
@@ -635,6 +627,7 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
         self_attention_cache_update_index,
         cross_attention_cache,
         cross_attention_cache_update_index,
+        **_,
     ):
         """Raises a `ValueError` naming the argument for caches that do not
         go together (the shapes and indices are checked by the attention
@@ -688,15 +681,20 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
 
     def _check_decoder_masks(
         self,
-        decoder_shape,
-        encoder_shape,
+        decoder_sequence,
+        encoder_sequence,
         decoder_padding_mask,
         encoder_padding_mask,
         self_attention_mask,
         cross_attention_mask,
-        self_attention_cache=None,
-        cross_attention_cache=None,
+        self_attention_cache,
+        cross_attention_cache,
+        **_,
     ):
+        decoder_shape = decoder_sequence.shape
+        encoder_shape = None
+        if encoder_sequence is not None:
+            encoder_shape = encoder_sequence.shape
         # With caches, the keys span the caches' lengths.
         keys_shape = _cached_keys_shape(decoder_shape, self_attention_cache)
         padding = {
@@ -749,49 +747,20 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
         cross_attention_cache_update_index=None,
         **kwargs,
     ):
-        self._check_caches(
-            encoder_sequence,
-            decoder_padding_mask,
-            self_attention_cache,
-            self_attention_cache_update_index,
-            cross_attention_cache,
-            cross_attention_cache_update_index,
-        )
-        self._check_decoder_masks(
-            decoder_sequence.shape,
-            None if encoder_sequence is None else encoder_sequence.shape,
-            decoder_padding_mask,
-            encoder_padding_mask,
-            self_attention_mask,
-            cross_attention_mask,
-            self_attention_cache,
-            cross_attention_cache,
-        )
+        self._check_arguments(locals())
         shape = decoder_sequence.shape
         outputs = [keras.KerasTensor(shape, dtype=self.compute_dtype)]
-
-        def scores(keys_shape):
-            length = keys_shape[1]
-            return keras.KerasTensor(
-                (
-                    shape[0],
-                    self.num_heads,
-                    shape[1],
-                    None if length is None else 2 * length,
-                ),
-                self.compute_dtype,
-            )
-
         if return_attention_scores:
             cross = None
             if encoder_sequence is not None:
-                cross = scores(
+                cross = self._scores_spec(
+                    shape,
                     _cached_keys_shape(
                         encoder_sequence.shape, cross_attention_cache
-                    )
+                    ),
                 )
-            self_scores = scores(
-                _cached_keys_shape(shape, self_attention_cache)
+            self_scores = self._scores_spec(
+                shape, _cached_keys_shape(shape, self_attention_cache)
             )
             outputs.append((self_scores, cross))
         for cache in (self_attention_cache, cross_attention_cache):
@@ -809,6 +778,14 @@ def _cached_keys_shape(sequence_shape, cache):
     return (shape[0], shape[2] if len(shape) > 2 else None) + tuple(
         sequence_shape
     )[2:]
+
+
+def _self_attention_masks(padding_mask):
+    """A sequence's padding as the masks of its self-attention (queries
+    and keys), as Keras masks would."""
+    if padding_mask is None:
+        return {}
+    return dict(query_mask=padding_mask, value_mask=padding_mask)
 
 
 def _describe(tensor):
