@@ -141,6 +141,33 @@ class FakeQuant(keras.layers.Layer):
         return config
 
 
+def _keeps_scale(layer):
+    """Layers that only move values (TFLite gives their output the input's
+    quantization: a second range there breaks conversion with "same scale
+    constraint"), and dropout (the identity in a file)."""
+    from cvattn_keras.layers.dropout import ComplexDropout
+
+    return isinstance(
+        layer,
+        (
+            keras.layers.Reshape,
+            keras.layers.Flatten,
+            keras.layers.Permute,
+            keras.layers.RepeatVector,
+            keras.layers.Cropping1D,
+            keras.layers.Cropping2D,
+            keras.layers.MaxPooling1D,
+            keras.layers.MaxPooling2D,
+            keras.layers.GlobalMaxPooling1D,
+            keras.layers.GlobalMaxPooling2D,
+            keras.layers.Dropout,
+            keras.layers.SpatialDropout1D,
+            keras.layers.SpatialDropout2D,
+            ComplexDropout,
+        ),
+    )
+
+
 def _is_float(tensor):
     return "float" in str(getattr(tensor, "dtype", ""))
 
@@ -264,9 +291,11 @@ def quantize_model(model, num_bits=8, momentum=0.99):
     """A quantization-aware copy of a functional `model`: every layer
     wrapped in a `QuantizeWrapper` (its float outputs, and the model's
     float inputs, fake-quantized to `num_bits`), the weights shared with
-    `model`. Compile and train it as any model; export it with
-    `export.export_tflite(..., quantization="full_int8")` (or `"int8"`),
-    or `strip` it.
+    `model`; not the layers that only move values (reshape, flatten,
+    permute, cropping, max pooling) or drop them out, whose output keeps
+    its input's quantization in a file. Compile and train it as any
+    model; export it with `export.export_tflite(...,
+    quantization="full_int8")` (or `"int8"`), or `strip` it.
 
     Raises a `ValueError` for a subclassed model (no graph to rebuild), a
     layer under a mixed-precision policy, or a model quantized already.
@@ -277,7 +306,7 @@ def quantize_model(model, num_bits=8, momentum=0.99):
 
     def wrap(layer):
         node = layer._inbound_nodes[0] if layer._inbound_nodes else None
-        if node is None:
+        if node is None or _keeps_scale(layer):
             return layer
         arguments = list(node.arguments.args)
         quantize_inputs = tuple(

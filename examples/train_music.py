@@ -42,6 +42,14 @@ warm-up, the held-out AP of the streamed frames, ms per hop; the table in
 `examples/transcribe.py AUDIO.wav --stream --model
 OUTPUT/music_classifier_stream.tflite` needs to feed it hop by hop.
 
+`--qat EPOCHS` continues the trained model for EPOCHS of
+quantization-aware training (`cvattn_keras.quantization.quantize_model`)
+and writes its int8 and full_int8 files (`music_classifier_qat_MODE
+.tflite`; with `--streaming` also the full_int8 stream of its weights,
+`music_classifier_qat_stream_full_int8.tflite`), beside a control that
+fine-tunes the float model as long without fake quantization
+(`music_classifier_finetuned_MODE.tflite`): the table `qat_modes.md`.
+
 The model is the paper's architecture (`--size paper`: exactly the
 reference's, trained with its recipe: Adam 1e-4, batch 35, BCE with logits,
 the learning rate halved after 2 epochs without a better validation AP) or
@@ -51,7 +59,7 @@ Run:  python examples/train_music.py [--softmax real] [--product inner]
           [--epochs N] [--size small|paper] [--input waveform|spectra]
           [--data scores|MUSICNET.npz]
           [--output examples/output] [--modes float32,...|all|none] [--smoke]
-          [--streaming W [--frame-step N]]
+          [--streaming W [--frame-step N]] [--qat EPOCHS]
 
 It ends with a table of the TFLite files of every quantization mode
 (`--modes`): file size, weight data, the held-out AP measured on the LiteRT
@@ -191,6 +199,17 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--smoke", action="store_true", help="a seconds-long run (tests)"
+    )
+    parser.add_argument(
+        "--qat",
+        type=positive,
+        default=None,
+        metavar="EPOCHS",
+        help="after float training, EPOCHS of quantization-aware training "
+        "(cvattn_keras.quantization, a tenth of the learning rate), then "
+        "its int8 and full_int8 files (and, with --streaming, its full_int8 "
+        "stream), beside a control: the float model fine-tuned as long "
+        "without fake quantization",
     )
     parser.add_argument(
         "--streaming",
@@ -412,14 +431,20 @@ def draw_figure(history, weights, truth, prediction, title):
     return figure
 
 
-def tflite_modes(model, args, x, x_test, y_test, keras_ap):
+def tflite_modes(
+    model, args, x, x_test, y_test, keras_ap, modes=None, name="", label=""
+):
     """One row per quantization mode: the file's size and weight data, the
     held-out AP of its outputs on the LiteRT interpreter, its change
     against Keras (in AP points, x100), the median latency of one sample.
-    The calibrated modes calibrate on 128 training samples."""
+    The calibrated modes calibrate on 128 training samples. `modes`
+    (default `--modes`), the files' `name` suffix and the rows' `label`
+    serve --qat."""
     rows = []
-    for mode in args.modes:
-        path = os.path.join(args.output, f"music_classifier_{mode}.tflite")
+    for mode in args.modes if modes is None else modes:
+        path = os.path.join(
+            args.output, f"music_classifier{name}_{mode}.tflite"
+        )
         quantization = MODES[mode]
         calibrated = quantization in ("int8", "full_int8", "int16x8")
         cvk.export.export_tflite(
@@ -435,7 +460,7 @@ def tflite_modes(model, args, x, x_test, y_test, keras_ap):
         report = cvk.export.verify_tflite(path, model, x_test[:1])
         rows.append(
             dict(
-                mode=mode,
+                mode=label + mode,
                 size_kib=report.size_bytes / 1024,
                 weights_kib=report.weight_bytes / 1024,
                 ap=ap,
@@ -459,6 +484,54 @@ def format_modes(rows):
             f"| {r['ap']:.3f} | {r['change']:+.2f} | {r['latency_ms']:.2f} |"
         )
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------
+# --qat: quantization-aware training.
+# ----------------------------------------------------------------------
+
+QAT_MODES = ("int8", "full_int8")
+
+
+def qat_runs(model, args, x, y, x_test, y_test, keras_ap):
+    """--qat: `--qat` epochs of quantization-aware training from the
+    trained model (a tenth of its learning rate), and the same fine-tuning
+    without fake quantization (the control: what the extra epochs alone
+    give); each one's int8 and full_int8 files (those of `--modes`, or
+    full_int8 alone), one row per mode, and the QAT model's float model
+    (`quantization.strip`, for the stream)."""
+    rows = []
+    trained = {}
+    for label, quantize in (("fine-tuned ", False), ("QAT ", True)):
+        copy = keras.models.clone_model(model)
+        copy.set_weights(model.get_weights())
+        if quantize:
+            copy = cvk.quantization.quantize_model(copy)
+            # The ranges from data before the first step (not the
+            # quantizers' initial [-6, 6]).
+            cvk.quantization.calibrate(copy, x[:128])
+        copy.compile(
+            optimizer=keras.optimizers.Adam(args.learning_rate / 10),
+            loss=keras.losses.BinaryCrossentropy(from_logits=True),
+            metrics=[cvk.metrics.MicroAveragedPrecision()],
+            run_eagerly=args.smoke,
+        )
+        copy.fit(
+            x,
+            y,
+            epochs=args.qat,
+            batch_size=args.batch_size,
+            verbose="auto" if sys.stdout.isatty() and not args.smoke else 2,
+        )
+        _, ap = copy.evaluate(x_test, y_test, verbose=0)
+        print(f"{label}model: held-out AP {ap:.3f} in Keras")
+        name = "_qat" if quantize else "_finetuned"
+        modes = [m for m in args.modes if m in QAT_MODES] or ["full_int8"]
+        rows += tflite_modes(
+            copy, args, x, x_test, y_test, keras_ap, modes, name, label
+        )
+        trained[label.strip()] = copy
+    return rows, cvk.quantization.strip(trained["QAT"])
 
 
 # ----------------------------------------------------------------------
@@ -490,10 +563,13 @@ def run_stream_file(runner, clip):
     return np.stack(outputs), np.array(seconds)
 
 
-def streaming_files(model, args, x, x_test, y_test, keras_ap):
+def streaming_files(
+    model, args, x, x_test, y_test, keras_ap, modes=None, label=""
+):
     """Exports the streaming file of `model` (float32, then each of
-    `--modes`), checks each on LiteRT against the Keras stream and
-    measures it: one row per mode, and the stream."""
+    `modes`, default `--modes`), checks each on LiteRT against the Keras
+    stream and measures it: one row per mode (its name after `label`),
+    and the stream."""
     stream = cvk.streaming.to_streaming(model)
     warmup = stream.warmup_steps
     clips = stream_chunks(stream, x_test)
@@ -513,11 +589,13 @@ def streaming_files(model, args, x, x_test, y_test, keras_ap):
     )
     calibration = None
     rows = []
-    modes = ["float32"] + [m for m in args.modes if m != "float32"]
+    modes = args.modes if modes is None else modes
+    modes = ["float32"] + [m for m in modes if m != "float32"]
+    name = "_" + label.strip().lower() if label else ""
     for mode in modes:
         suffix = "" if mode == "float32" else f"_{mode}"
         path = os.path.join(
-            args.output, f"music_classifier_stream{suffix}.tflite"
+            args.output, f"music_classifier{name}_stream{suffix}.tflite"
         )
         quantization = MODES[mode]
         calibrated = quantization in ("int8", "full_int8", "int16x8")
@@ -537,7 +615,7 @@ def streaming_files(model, args, x, x_test, y_test, keras_ap):
             )
         except (RuntimeError, ValueError) as error:
             first = (str(error).strip().splitlines() or ["?"])[0]
-            rows.append(dict(mode=mode, error=first[:200]))
+            rows.append(dict(mode=label + mode, error=first[:200]))
             continue
         runner = cvk.export.TFLiteStream(path, num_threads=1)
         got = np.stack([run_stream_file(runner, c)[0] for c in clips[:count]])
@@ -551,7 +629,7 @@ def streaming_files(model, args, x, x_test, y_test, keras_ap):
         ap = float(metric.result())
         rows.append(
             dict(
-                mode=mode,
+                mode=label + mode,
                 path=path,
                 size_kib=os.path.getsize(path) / 1024,
                 error=error,
@@ -714,8 +792,27 @@ def main(argv=None):
         print(f"\nTFLite files, held-out AP on LiteRT:\n{table}")
         with open(os.path.join(args.output, "tflite_modes.md"), "w") as f:
             f.write(table + "\n")
+    stripped = None
+    if args.qat is not None:
+        rows, stripped = qat_runs(model, args, x, y, x_test, y_test, ap)
+        table = format_modes(rows)
+        print(
+            f"\nAfter {args.qat} more epoch(s), with and without "
+            f"quantization-aware training, held-out AP on LiteRT (vs the "
+            f"float model's {ap:.3f}):\n{table}"
+        )
+        with open(os.path.join(args.output, "qat_modes.md"), "w") as f:
+            f.write(table + "\n")
     if args.streaming is not None:
         rows, stream = streaming_files(model, args, x, x_test, y_test, ap)
+        if stripped is not None:
+            # The QAT weights streamed: the stream is built from the float
+            # model (to_streaming knows the library's layers, not their
+            # wrappers) and calibrated as any stream.
+            qat_rows, _ = streaming_files(
+                stripped, args, x, x_test, y_test, ap, ["full_int8"], "QAT "
+            )
+            rows += qat_rows[1:]  # its float32 file: the QAT weights' own
         table = format_stream_modes(rows)
         print(f"\nStreaming files, one hop a step on LiteRT:\n{table}")
         with open(os.path.join(args.output, "stream_modes.md"), "w") as f:
