@@ -66,10 +66,12 @@ from keras import ops
 
 from cvattn_keras import _attention_args as core
 from cvattn_keras import _validation as check
-from cvattn_keras import activations
 from cvattn_keras import layers as cl
 from cvattn_keras.layers import _image
 from cvattn_keras.layers import transformer as _transformer
+from cvattn_keras.layers._options import activation_layer
+from cvattn_keras.layers._options import check_activation
+from cvattn_keras.models import _real
 
 __all__ = [
     "MASKS",
@@ -149,17 +151,36 @@ def _common(image_size, channels, cascades, data_consistency, mask):
     return size, channels, cascades, data_consistency, _mask(mask)
 
 
-def _output(x):
-    """The reconstruction, as `float32` under any dtype policy (a
-    linear cast layer, named `reconstruction`)."""
-    return keras.layers.Activation(
+def _model(network, size, channels, cascades, data_consistency, mask, name):
+    """The model of every builder: its inputs, `cascades` times `network`
+    (`_cascade`) and the reconstruction, as `float32` under any dtype
+    policy (a linear cast layer, named `reconstruction`)."""
+    inputs = _inputs(size, channels, data_consistency, mask)
+    x = _cascade(inputs, network, cascades, data_consistency)
+    x = keras.layers.Activation(
         "linear", dtype="float32", name="reconstruction"
     )(x)
+    return keras.Model(inputs, x, name=name)
 
 
 # --------------------------------------------------------------------------
 # Transformers.
 # --------------------------------------------------------------------------
+
+
+def _transformer_arguments(size, patch_size, embed_dim, num_heads, num_layers):
+    """The transformers' patch, widths and depth, checked; and the grid of
+    patches."""
+    patch = _image.pair(patch_size, "patch_size")
+    _divisible(size, patch, f"patch_size={patch_size!r}", "`patch_size`")
+    grid = (size[0] // patch[0], size[1] // patch[1])
+    return (
+        patch,
+        grid,
+        check.positive_int(embed_dim, "embed_dim"),
+        check.positive_int(num_heads, "num_heads"),
+        check.positive_int(num_layers, "num_layers"),
+    )
 
 
 def mri_transformer(
@@ -251,11 +272,9 @@ def mri_transformer(
     size, channels, cascades, data_consistency, mask = _common(
         image_size, channels, cascades, data_consistency, mask
     )
-    patch = _image.pair(patch_size, "patch_size")
-    _divisible(size, patch, f"patch_size={patch_size!r}", "`patch_size`")
-    embed_dim = check.positive_int(embed_dim, "embed_dim")
-    num_heads = check.positive_int(num_heads, "num_heads")
-    num_layers = check.positive_int(num_layers, "num_layers")
+    patch, grid, embed_dim, num_heads, num_layers = _transformer_arguments(
+        size, patch_size, embed_dim, num_heads, num_layers
+    )
     if embed_dim % num_heads:
         raise ValueError(
             "`num_heads` must divide `embed_dim` (the heads share the "
@@ -272,8 +291,6 @@ def mri_transformer(
     layer_norm_epsilon = _transformer._check_layer_norm_epsilon(
         layer_norm_epsilon, "whitening"
     )
-    inputs = _inputs(size, channels, data_consistency, mask)
-    grid = (size[0] // patch[0], size[1] // patch[1])
 
     def network(x, k):
         t = cl.ComplexPatchEmbedding(
@@ -298,8 +315,9 @@ def mri_transformer(
             name=f"unembedding_{k}",
         )(t)
 
-    x = _cascade(inputs, network, cascades, data_consistency)
-    return keras.Model(inputs, _output(x), name=name)
+    return _model(
+        network, size, channels, cascades, data_consistency, mask, name
+    )
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -423,11 +441,9 @@ def real_mri_transformer(
     size, channels, cascades, data_consistency, mask = _common(
         image_size, channels, cascades, data_consistency, mask
     )
-    patch = _image.pair(patch_size, "patch_size")
-    _divisible(size, patch, f"patch_size={patch_size!r}", "`patch_size`")
-    embed_dim = check.positive_int(embed_dim, "embed_dim")
-    num_heads = check.positive_int(num_heads, "num_heads")
-    num_layers = check.positive_int(num_layers, "num_layers")
+    patch, grid, embed_dim, num_heads, num_layers = _transformer_arguments(
+        size, patch_size, embed_dim, num_heads, num_layers
+    )
     if embed_dim < num_heads:
         raise ValueError(
             "`embed_dim` must be at least `num_heads` (heads of width "
@@ -443,8 +459,6 @@ def real_mri_transformer(
         layer_norm_epsilon, "layer_norm_epsilon"
     )
     layers = keras.layers
-    inputs = _inputs(size, channels, data_consistency, mask)
-    grid = (size[0] // patch[0], size[1] // patch[1])
 
     def network(x, k):
         t = layers.Conv2D(
@@ -459,19 +473,15 @@ def real_mri_transformer(
                 embed_dim // num_heads,
                 dropout=attention_dropout,
                 name=f"{prefix}_attention",
-            )(t, t)
-            t = layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, name=f"{prefix}_norm_1"
-            )(layers.Add()([t, attention]))
-            h = layers.Dense(
-                intermediate_dim or embed_dim, name=f"{prefix}_in"
-            )(t)
-            h = layers.LeakyReLU(0.01)(h)
-            h = layers.Dropout(dropout)(h)
-            h = layers.Dense(embed_dim, name=f"{prefix}_out")(h)
-            t = layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, name=f"{prefix}_norm_2"
-            )(layers.Add()([t, h]))
+            )
+            t = _real.encoder_layer(
+                t,
+                attention,
+                prefix,
+                intermediate_dim,
+                dropout,
+                layer_norm_epsilon,
+            )
         t = layers.Reshape(grid + (embed_dim,))(t)
         return layers.Conv2DTranspose(
             2 * channels,
@@ -481,8 +491,9 @@ def real_mri_transformer(
             name=f"unembedding_{k}",
         )(t)
 
-    x = _cascade(inputs, network, cascades, data_consistency)
-    return keras.Model(inputs, _output(x), name=name)
+    return _model(
+        network, size, channels, cascades, data_consistency, mask, name
+    )
 
 
 # --------------------------------------------------------------------------
@@ -532,21 +543,9 @@ def _unet(x, depth, width, convolution, activate, pool, up, join, out):
 
 
 def _complex_activation(activation):
-    if not isinstance(activation, str):
-        raise ValueError(
-            "`activation` must be the name of a complex activation or "
-            f"'modrelu'. Received: activation={activation!r}"
-        )
-    activation = activation.lower()
-    if activation != "modrelu":
-        activations.get(activation)  # a ValueError listing the names
-
-    def activate(name):
-        if activation == "modrelu":
-            return cl.ModReLU(name=name)
-        return cl.ComplexActivation(activation, name=name)
-
-    return activate
+    """`activation` checked, and a function of a name giving its layer."""
+    activation = check_activation(activation)
+    return lambda name: activation_layer(activation, name=name)
 
 
 def complex_unet(
@@ -615,7 +614,6 @@ def complex_unet(
     )
     size, filters, depth = _unet_arguments(size, filters, depth, pooling)
     activate = _complex_activation(activation)
-    inputs = _inputs(size, channels, data_consistency, mask)
     pool_layer = cl.ComplexMaxPooling2D
     if pooling == "average":
         pool_layer = cl.ComplexAveragePooling2D
@@ -657,8 +655,9 @@ def complex_unet(
             )(h),
         )
 
-    x = _cascade(inputs, network, cascades, data_consistency)
-    return keras.Model(inputs, _output(x), name=name)
+    return _model(
+        network, size, channels, cascades, data_consistency, mask, name
+    )
 
 
 def real_unet(
@@ -722,7 +721,6 @@ def real_unet(
         )
     size, _, depth = _unet_arguments(size, max(1, round(width)), depth, pooling)
     layers = keras.layers
-    inputs = _inputs(size, channels, data_consistency, mask)
     pool_layer = (
         layers.MaxPooling2D if pooling == "max" else layers.AveragePooling2D
     )
@@ -756,5 +754,6 @@ def real_unet(
             )(h),
         )
 
-    x = _cascade(inputs, network, cascades, data_consistency)
-    return keras.Model(inputs, _output(x), name=name)
+    return _model(
+        network, size, channels, cascades, data_consistency, mask, name
+    )

@@ -18,6 +18,7 @@ import keras
 
 from cvattn_keras import _validation as check
 from cvattn_keras import layers as cl
+from cvattn_keras.models import _real
 from cvattn_keras.models.music import FRONTEND_KERNEL_SIZES
 from cvattn_keras.models.music import _frontend
 from cvattn_keras.models.music import _inputs
@@ -37,7 +38,9 @@ _ROTARY_MAX_WAVELENGTH = 10000
 
 
 def _real_encode(
-    spectra,
+    frames,
+    bins,
+    stft,
     frontend,
     embed_dim,
     num_heads,
@@ -49,11 +52,15 @@ def _real_encode(
     sliding_window=None,
     positions="sinusoidal",
 ):
-    """The real encoder: each frame's bins as a 2-channel (Re, Im) signal
-    through Conv1D + BatchNorm + LeakyReLU blocks, flattened; a Dense
-    embedding, the positions, and `num_layers` post-norm encoder layers
-    (`encoder_{i}_attention`, `encoder_{i}_norm_1`, `encoder_{i}_in`,
-    `encoder_{i}_out`, `encoder_{i}_norm_2`)."""
+    """The model's input (`frames`, `bins` and `stft` as `_inputs`'s) and
+    the real encoder's output on it: each frame's bins as a 2-channel (Re,
+    Im) signal through Conv1D + BatchNorm + LeakyReLU blocks (`frontend`:
+    the builder's three front-end arguments, checked here), flattened; a
+    Dense embedding, the positions, and `num_layers` post-norm encoder
+    layers (`encoder_{i}_attention`, `encoder_{i}_norm_1`,
+    `encoder_{i}_in`, `encoder_{i}_out`, `encoder_{i}_norm_2`)."""
+    frontend = _frontend(*frontend)
+    inputs, spectra = _inputs(frames, bins, stft, "spectra")
     layers = keras.layers
     bins = spectra.shape[-1] // 2
     # (B, T, [Re | Im]) -> (B, T, F, 2): a 2-channel signal per frame.
@@ -86,20 +93,17 @@ def _real_encode(
             sliding_window=sliding_window,
             name=f"encoder_{i}_attention",
             **attention_args,
-        )(x, x, **call_args)
-        x = layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_1"
-        )(layers.Add()([x, attention]))
-        h = layers.Dense(intermediate_dim or embed_dim, name=f"encoder_{i}_in")(
-            x
         )
-        h = layers.LeakyReLU(0.01)(h)
-        h = layers.Dropout(feedforward_dropout)(h)
-        h = layers.Dense(embed_dim, name=f"encoder_{i}_out")(h)
-        x = layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name=f"encoder_{i}_norm_2"
-        )(layers.Add()([x, h]))
-    return x
+        x = _real.encoder_layer(
+            x,
+            attention,
+            f"encoder_{i}",
+            intermediate_dim,
+            feedforward_dropout,
+            layer_norm_epsilon,
+            **call_args,
+        )
+    return inputs, x
 
 
 def _real_head(x, head_dim, notes, dropout):
@@ -186,13 +190,11 @@ def real_music_classifier(
         sliding_window, "sliding_window", allow_none=True
     )
     positions = _positions(positions, sliding_window)
-    frontend = _frontend(
-        frontend_filters, frontend_kernel_sizes, frontend_strides
-    )
-    inputs, spectra = _inputs(frames, bins, stft, "spectra")
-    x = _real_encode(
-        spectra,
-        frontend,
+    inputs, x = _real_encode(
+        frames,
+        bins,
+        stft,
+        (frontend_filters, frontend_kernel_sizes, frontend_strides),
         embed_dim,
         num_heads,
         num_layers,
@@ -287,22 +289,19 @@ class RealTransformerDecoder(keras.layers.Layer):
                 f"channels. Received: x_shape={tuple(x_shape)}"
             )
         inner = self.intermediate_dim or width
-        key_dim = width // self.num_heads
-        self.self_attention = layers.MultiHeadAttention(
-            self.num_heads,
-            key_dim,
-            dropout=self.attention_dropout,
-            name="self_attention",
-            dtype=self.dtype_policy,
-        )
+
+        def attention(name):
+            return layers.MultiHeadAttention(
+                self.num_heads,
+                width // self.num_heads,
+                dropout=self.attention_dropout,
+                name=name,
+                dtype=self.dtype_policy,
+            )
+
+        self.self_attention = attention("self_attention")
         self.self_attention.build(x_shape, x_shape)
-        self.cross_attention = layers.MultiHeadAttention(
-            self.num_heads,
-            key_dim,
-            dropout=self.attention_dropout,
-            name="cross_attention",
-            dtype=self.dtype_policy,
-        )
+        self.cross_attention = attention("cross_attention")
         self.cross_attention.build(x_shape, memory_shape)
         self.norms = []
         for i in range(3):
@@ -399,13 +398,11 @@ def real_music_generator(
     )
     target_frames = check.positive_int(target_frames, "target_frames")
     notes = check.positive_int(notes, "notes")
-    frontend = _frontend(
-        frontend_filters, frontend_kernel_sizes, frontend_strides
-    )
-    source, spectra = _inputs(source_frames, bins, stft, "spectra")
-    memory = _real_encode(
-        spectra,
-        frontend,
+    source, memory = _real_encode(
+        source_frames,
+        bins,
+        stft,
+        (frontend_filters, frontend_kernel_sizes, frontend_strides),
         embed_dim,
         num_heads,
         num_layers,

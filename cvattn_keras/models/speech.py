@@ -135,23 +135,35 @@ def speech_enhancer(
     num_layers = check.positive_int(num_layers, "num_layers")
     embed_dim = check.positive_int(embed_dim, "embed_dim")
     sliding_window = check.positive_int(sliding_window, "sliding_window")
+
+    def network(x):
+        x = cl.ComplexDense(embed_dim, name="embedding")(x)
+        for i in range(num_layers):
+            x = cl.ComplexTransformerEncoder(
+                num_heads,
+                intermediate_dim=intermediate_dim,
+                softmax=softmax,
+                product=product,
+                dropout=dropout,
+                attention_dropout=dropout,
+                sliding_window=sliding_window,
+                rotary_max_wavelength=10000,
+                name=f"encoder_{i}",
+            )(x)
+        return cl.ComplexDense(stft.num_bins, name="mask_dense")(x)
+
+    return _enhancer(stft, istft, samples, compression, network, mask, name)
+
+
+def _enhancer(stft, istft, samples, compression, network, mask, name):
+    """The model of both enhancers: the waveform (`samples` long), its
+    `stft`, compressed (`compress`); `network` of the compressed spectra
+    (the mask's features, `(B, T, 2 * bins)`) plus the per-bin path
+    (`mask_features`); the `mask` on the noisy spectra, and `istft`."""
     waveform = keras.Input((_samples(samples),), name="waveform")
     spectra = stft(waveform)
     compressed = cl.ComplexCompression(compression, name="compress")(spectra)
-    x = cl.ComplexDense(embed_dim, name="embedding")(compressed)
-    for i in range(num_layers):
-        x = cl.ComplexTransformerEncoder(
-            num_heads,
-            intermediate_dim=intermediate_dim,
-            softmax=softmax,
-            product=product,
-            dropout=dropout,
-            attention_dropout=dropout,
-            sliding_window=sliding_window,
-            rotary_max_wavelength=10000,
-            name=f"encoder_{i}",
-        )(x)
-    x = cl.ComplexDense(stft.num_bins, name="mask_dense")(x)
+    x = network(compressed)
     x = keras.layers.Add(name="mask_features")([x, _bin_levels(compressed)])
     enhanced = cl.ComplexMask(mask, name="mask")([x, spectra])
     return keras.Model(waveform, istft(enhanced), name=name)
@@ -272,18 +284,18 @@ def real_speech_enhancer(
             stft.num_bins, num_heads, num_layers, frame_length, frame_step
         )
     width = check.positive_int(width, "width")
-    waveform = keras.Input((_samples(samples),), name="waveform")
-    spectra = stft(waveform)
-    compressed = cl.ComplexCompression(compression, name="compress")(spectra)
-    x = keras.layers.Dense(width, name="embedding")(compressed)
-    for i in range(num_layers):
-        x = _real_encoder(
-            x, width, num_heads, sliding_window, dropout, f"encoder_{i}"
-        )
-    x = keras.layers.Dense(2 * stft.num_bins, name="mask_dense")(x)
-    x = keras.layers.Add(name="mask_features")([x, _bin_levels(compressed)])
-    enhanced = cl.ComplexMask("complex", name="mask")([x, spectra])
-    return keras.Model(waveform, istft(enhanced), name=name)
+
+    def network(x):
+        x = keras.layers.Dense(width, name="embedding")(x)
+        for i in range(num_layers):
+            x = _real_encoder(
+                x, width, num_heads, sliding_window, dropout, f"encoder_{i}"
+            )
+        return keras.layers.Dense(2 * stft.num_bins, name="mask_dense")(x)
+
+    return _enhancer(
+        stft, istft, samples, compression, network, "complex", name
+    )
 
 
 def _trainable(model):
