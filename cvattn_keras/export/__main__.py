@@ -327,8 +327,10 @@ def _parser():
     parser.add_argument(
         "--calibration-samples",
         type=check.positive_int_argument,
-        default=200,
-        help="samples to calibrate int8 on (default 200)",
+        default=None,
+        help="samples to calibrate int8 on (default 200, or every sample "
+        "of a stream's FILE.npz: streaming.calibration_data lists its "
+        "clips step by step)",
     )
     parser.add_argument(
         "--representative-data",
@@ -557,6 +559,12 @@ def _run(args, argv):
     # Everything the model and the arguments decide, before conversion.
     _check_model_fits(args, model, _conversion._check_float32_policy)
     representative = None
+    if args.calibration_samples is None:
+        args.calibration_samples = (
+            200
+            if args.representative_data == RANDOM
+            else _conversion._default_num_samples(model, 200)
+        )
     if args.representative_data == RANDOM:
         representative = random_inputs(
             model, args.calibration_samples, args.sequence_length, args.seed

@@ -127,14 +127,14 @@ def _write(path, flatbuffer, overwrite):
     _files.write_atomically(path, flatbuffer, overwrite)
 
 
-def _default_num_samples(model):
-    """`num_calibration_samples=None`: 100 samples, or every sample for a
-    stream (its inputs `chunk` and `state_NN_...`)."""
+def _default_num_samples(model, default=100):
+    """`num_calibration_samples=None`: `default` samples, or every sample
+    for a stream (its inputs `chunk` and `state_NN_...`)."""
     names = _input_names(model) if getattr(model, "inputs", None) else []
     stream = len(names) > 1 and names[0] == "chunk"
     if stream and all(re.fullmatch(r"state_\d+_.*", n) for n in names[1:]):
         return sys.maxsize
-    return 100
+    return default
 
 
 def _check_qat_mode(model, quantization):
