@@ -2,9 +2,10 @@
 
 `quantize_model(model)` returns a copy of a functional model (the same
 weights, shared) in which every layer's float outputs, and the model's
-float inputs, pass through a `FakeQuant`: the value is rounded to the
-8-bit grid of a range that the layer tracks (its batch's min and max,
-averaged over training steps), with a straight-through gradient. Trained
+float inputs where a wrapped layer takes them, pass through a
+`FakeQuant`: the value is rounded to the 8-bit grid of a range that the
+layer tracks (its batch's min and max, averaged over training steps),
+with a straight-through gradient. Trained
 a few epochs so, the weights learn to live with the rounding that an
 integer file applies at those points.
 
@@ -262,7 +263,14 @@ def _check_model(model):
             "`model` must be a functional or Sequential keras.Model. "
             f"Received: {type(model).__name__}"
         )
-    if not hasattr(model, "_nodes_by_depth"):
+    if isinstance(model, keras.Sequential):
+        if not model.built:
+            raise ValueError(
+                "`model` must be built (call it once, or give it an Input) "
+                f"before quantizing. Received: an unbuilt Sequential "
+                f"{model.name!r}"
+            )
+    elif not hasattr(model, "_nodes_by_depth"):
         raise ValueError(
             "`quantize_model` rebuilds the model's graph, which a "
             "subclassed model does not expose: build it with the "
@@ -285,29 +293,65 @@ def _check_model(model):
                 f"`model` {model.name!r} is quantization-aware already "
                 f"(layer {layer.name!r}). Call `strip(model)` first."
             )
+    for layer in model.layers:
+        nodes = [
+            node
+            for node in layer._inbound_nodes
+            if any(id(t) in _graph_tensors(model) for t in node.output_tensors)
+        ]
+        if len(nodes) > 1:
+            raise ValueError(
+                f"`quantize_model` gives each layer one range per output, "
+                f"but layer {layer.name!r} is called {len(nodes)} times in "
+                f"`model` {model.name!r} (a shared layer): its calls would "
+                "share ranges. Give each call its own layer."
+            )
+
+
+def _graph_tensors(model):
+    """The ids of every tensor of `model`'s graph (its own nodes, not those
+    of other models its layers were called in)."""
+    functional = getattr(model, "_functional", None) or model
+    return {
+        id(t)
+        for nodes in functional._nodes_by_depth.values()
+        for node in nodes
+        for t in node.output_tensors
+    }
 
 
 def quantize_model(model, num_bits=8, momentum=0.99):
-    """A quantization-aware copy of a functional `model`: every layer
-    wrapped in a `QuantizeWrapper` (its float outputs, and the model's
-    float inputs, fake-quantized to `num_bits`), the weights shared with
-    `model`; not the layers that only move values (reshape, flatten,
-    permute, cropping, max pooling) or drop them out, whose output keeps
-    its input's quantization in a file. Compile and train it as any
-    model; export it with `export.export_tflite(...,
+    """A quantization-aware copy of a functional (or built Sequential)
+    `model`: every layer wrapped in a `QuantizeWrapper` (its float outputs,
+    and the model's float inputs it takes, fake-quantized to `num_bits`),
+    the weights shared with `model`; not the layers that only move values
+    (reshape, flatten, permute, cropping, max pooling) or drop them out,
+    whose output keeps its input's quantization in a file (a model input
+    that only such a layer takes stays calibrated), nor `keras.ops` nodes
+    of the graph (`x + y` between layers: calibrated). Compile and train
+    it as any model; export it with `export.export_tflite(...,
     quantization="full_int8")` (or `"int8"`), or `strip` it.
 
     Raises a `ValueError` for a subclassed model (no graph to rebuild), a
-    layer under a mixed-precision policy, or a model quantized already.
+    layer under a mixed-precision policy, a layer called more than once
+    (its calls would share ranges), or a model quantized already.
     """
     _check_model(model)
     FakeQuant(num_bits, momentum)  # checks the arguments, by name
     model_inputs = {id(t) for t in model.inputs}
+    tensors = _graph_tensors(model)
 
     def wrap(layer):
-        node = layer._inbound_nodes[0] if layer._inbound_nodes else None
-        if node is None or _keeps_scale(layer):
+        if not isinstance(layer, keras.layers.Layer) or _keeps_scale(layer):
+            return layer  # a keras.ops node, or a layer that moves values
+        nodes = [
+            node
+            for node in layer._inbound_nodes
+            if any(id(t) in tensors for t in node.output_tensors)
+        ]
+        if not nodes:
             return layer
+        node = nodes[0]
         arguments = list(node.arguments.args)
         quantize_inputs = tuple(
             i

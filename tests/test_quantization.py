@@ -103,6 +103,15 @@ def test_quantize_model_wraps_shares_and_strips():
     got = keras.ops.convert_to_numpy(qat(x))
     error = np.abs(got - want).max() / np.abs(want).max()
     assert 0 < error < 0.15
+    # keras.ops nodes between layers stay as they are (calibrated), and a
+    # built Sequential model quantizes too.
+    y = keras.Input((6, 8))
+    with_ops = keras.Model(y, keras.layers.Dense(8)(y) + 0.5 * y)
+    assert isinstance(cq.quantize_model(with_ops).layers[1], cq.QuantizeWrapper)
+    sequential = keras.Sequential([keras.Input((6, 8)), keras.layers.Dense(3)])
+    assert isinstance(
+        cq.quantize_model(sequential).layers[0], cq.QuantizeWrapper
+    )
     stripped = cq.strip(qat)
     assert stripped.layers[1:] == model.layers[1:]
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(stripped(x)), want)
@@ -148,6 +157,10 @@ def test_refusals_name_the_reason():
     qat = cq.quantize_model(_model())
     with pytest.raises(ValueError, match="quantization-aware already"):
         cq.quantize_model(qat)
+    shared = keras.layers.Dense(2, name="shared")
+    twice = keras.Model(x, shared(x) + shared(keras.layers.Dense(4)(x)))
+    with pytest.raises(ValueError, match="'shared' is called 2 times"):
+        cq.quantize_model(twice)
     for bad in (1, 17, 8.0, True):
         with pytest.raises(ValueError, match="num_bits"):
             cq.quantize_model(_model(), num_bits=bad)
@@ -168,11 +181,13 @@ def test_full_int8_file_takes_the_trained_ranges(tmp_path):
     x = _data().astype("float32")
     cq.calibrate(qat, x)
     path = str(tmp_path / "qat.tflite")
+    # Calibration data of three times the range: where the file took it
+    # (and not the trained ranges), the scales below would be 3x theirs.
     cvk.export.export_tflite(
         qat,
         path,
         quantization="full_int8",
-        representative_data=x,
+        representative_data=3 * x,
         batch_size=1,
     )
     interpreter = ai_edge_litert.Interpreter(model_path=path)
@@ -187,6 +202,12 @@ def test_full_int8_file_takes_the_trained_ranges(tmp_path):
         high = max(float(quantizer.range_max), 0.0)
         scale, _ = detail["quantization"]
         assert scale == pytest.approx((high - low) / 255, rel=1e-5)
+    # Calibrated on the training data, the file follows the QAT model to
+    # 0.15 of its peak (the layers' inner tensors are calibrated, not
+    # trained: several levels apart).
+    cvk.export.export_tflite(
+        qat, path, quantization="full_int8", representative_data=x
+    )
     got = np.asarray(cvk.export.predict_tflite(path, qat, x, batch_size=1))
     want = keras.ops.convert_to_numpy(qat(x))
     assert np.abs(got - want).max() <= 0.15 * np.abs(want).max()

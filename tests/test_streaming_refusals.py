@@ -84,8 +84,10 @@ def test_samples_in_a_layer_along_the_last_axis_are_refused(rng):
     )
     with pytest.raises(ValueError, match="'over_time'.*samples"):
         to_streaming(model)
-    # Elementwise on samples streams: each hop's values alone.
-    model = keras.Model(spectra, keras.ops.tanh(samples) * 2.0)
+    # Elementwise on samples streams: each hop's values alone (a
+    # Rescaling layer too, which the first version of the check refused).
+    scaled = keras.layers.Rescaling(2.0)(keras.ops.tanh(samples))
+    model = keras.Model(spectra, scaled)
     frames = rng.normal(size=(1, 8, 18)).astype("float32")
     streamed, _ = run_stream(to_streaming(model), frames[:, :, None])
     offline = to_numpy(model(frames))[:, 12:32]  # after R - 1 = 3 hops

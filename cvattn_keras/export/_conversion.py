@@ -127,13 +127,19 @@ def _write(path, flatbuffer, overwrite):
     _files.write_atomically(path, flatbuffer, overwrite)
 
 
-def _default_num_samples(model, default=100):
+# A stream's calibration samples by default from a callable (which may
+# never stop): every step of 100 clips of 100 steps.
+_STREAM_CALLABLE_SAMPLES = 10_000
+
+
+def _default_num_samples(model, default=100, data=None):
     """`num_calibration_samples=None`: `default` samples, or every sample
-    for a stream (its inputs `chunk` and `state_NN_...`)."""
+    for a stream (its inputs `chunk` and `state_NN_...`; 10,000 from a
+    callable `data`)."""
     names = _input_names(model) if getattr(model, "inputs", None) else []
     stream = len(names) > 1 and names[0] == "chunk"
     if stream and all(re.fullmatch(r"state_\d+_.*", n) for n in names[1:]):
-        return sys.maxsize
+        return _STREAM_CALLABLE_SAMPLES if callable(data) else sys.maxsize
     return default
 
 
@@ -248,11 +254,12 @@ def export_tflite(
         num_calibration_samples: positive int, how many samples of
             `representative_data` to calibrate on (at most); `None` (the
             default): 100, or every sample given for a stream
-            (`streaming.to_streaming`: inputs `chunk` and `state_NN_...`),
-            whose `streaming.calibration_data` lists every step of its
-            clips, step by step: its first 100 samples would be the first
-            steps of the clips, where every state is still zero, and the
-            file's ranges would not fit a running stream's.
+            (`streaming.to_streaming`: inputs `chunk` and `state_NN_...`;
+            10,000 from a callable), whose `streaming.calibration_data`
+            lists every step of its clips, step by step: its first 100
+            samples would be the first steps of the clips, where every
+            state is still zero, and the file's ranges would not fit a
+            running stream's.
         overwrite: whether to replace an existing file at `path`, as in
             `keras.Model.save` (default `True`, as there). With `False` an
             existing file is kept and a `FileExistsError` (which is also a
@@ -305,7 +312,9 @@ def export_tflite(
         )
     _check_qat_mode(model, quantization)
     if num_calibration_samples is None:
-        num_calibration_samples = _default_num_samples(model)
+        num_calibration_samples = _default_num_samples(
+            model, data=representative_data
+        )
     num_calibration_samples = _check_num_samples(num_calibration_samples)
     if quantization in _CALIBRATED and representative_data is None:
         raise ValueError(

@@ -85,6 +85,7 @@ _PER_SAMPLE = (
     keras.layers.Minimum,
     keras.layers.Multiply,
     keras.layers.ReLU,
+    keras.layers.Rescaling,
     keras.layers.Subtract,
 )
 
