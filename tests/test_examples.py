@@ -1121,27 +1121,3 @@ def test_train_music_streaming_arguments(tmp_path, monkeypatch, capsys):
         with pytest.raises(SystemExit):
             module["parse_args"](argv)
         assert message in capsys.readouterr().err, argv
-
-
-def test_train_music_qat_smoke(tmp_path, capsys):
-    """`train_music.py --qat 1`: a control fine-tuned without fake
-    quantization and the QAT model, each as a full_int8 file (the only
-    calibrated mode asked for: none, so full_int8 alone), scored on
-    LiteRT in qat_modes.md; the files exist and hold no float input."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    _main("train_music.py")(
-        ["--smoke", "--qat", "1", "--modes", "float32"]
-        + ["--output", str(tmp_path)]
-    )
-    out = capsys.readouterr().out
-    assert "QAT model: held-out AP" in out
-    rows = (tmp_path / "qat_modes.md").read_text().splitlines()[2:]
-    names = [row.split("|")[1].strip() for row in rows]
-    assert names == ["fine-tuned full_int8", "QAT full_int8"]
-    for row in rows:
-        assert 0 <= float(row.split("|")[4]) <= 1, row
-    for name in ("finetuned", "qat"):
-        path = tmp_path / f"music_classifier_{name}_full_int8.tflite"
-        details = Interpreter(model_path=str(path)).get_input_details()
-        assert [d["dtype"].__name__ for d in details] == ["int8"]
