@@ -298,31 +298,26 @@ def _check_model(model):
                 f"`model` {model.name!r} is quantization-aware already "
                 f"(layer {layer.name!r}). Call `strip(model)` first."
             )
-    for layer in model.layers:
-        nodes = [
-            node
-            for node in layer._inbound_nodes
-            if any(id(t) in _graph_tensors(model) for t in node.output_tensors)
-        ]
+    for nodes in _nodes_by_layer(model).values():
         if len(nodes) > 1:
+            name = nodes[0].operation.name
             raise ValueError(
                 f"`quantize_model` gives each layer one range per output, "
-                f"but layer {layer.name!r} is called {len(nodes)} times in "
+                f"but layer {name!r} is called {len(nodes)} times in "
                 f"`model` {model.name!r} (a shared layer): its calls would "
                 "share ranges. Give each call its own layer."
             )
 
 
-def _graph_tensors(model):
-    """The ids of every tensor of `model`'s graph (its own nodes, not those
-    of other models its layers were called in)."""
+def _nodes_by_layer(model):
+    """`model`'s own nodes (not those of other models its layers were
+    called in), by the id of their layer, in graph order."""
     functional = getattr(model, "_functional", None) or model
-    return {
-        id(t)
-        for nodes in functional._nodes_by_depth.values()
-        for node in nodes
-        for t in node.output_tensors
-    }
+    nodes = {}
+    for depth in sorted(functional._nodes_by_depth, reverse=True):
+        for node in functional._nodes_by_depth[depth]:
+            nodes.setdefault(id(node.operation), []).append(node)
+    return nodes
 
 
 def quantize_model(model, num_bits=8, momentum=0.99):
@@ -344,19 +339,14 @@ def quantize_model(model, num_bits=8, momentum=0.99):
     _check_model(model)
     FakeQuant(num_bits, momentum)  # checks the arguments, by name
     model_inputs = {id(t) for t in model.inputs}
-    tensors = _graph_tensors(model)
+    nodes = _nodes_by_layer(model)
 
     def wrap(layer):
         if not isinstance(layer, keras.layers.Layer) or _keeps_scale(layer):
             return layer  # a keras.ops node, or a layer that moves values
-        nodes = [
-            node
-            for node in layer._inbound_nodes
-            if any(id(t) in tensors for t in node.output_tensors)
-        ]
-        if not nodes:
+        if id(layer) not in nodes:
             return layer
-        node = nodes[0]
+        (node,) = nodes[id(layer)]  # one: _check_model refused more
         arguments = list(node.arguments.args)
         quantize_inputs = tuple(
             i
