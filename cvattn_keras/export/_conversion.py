@@ -31,6 +31,7 @@ from cvattn_keras.export._errors import UnsupportedOpsError
 from cvattn_keras.export._modes import _CALIBRATED
 from cvattn_keras.export._modes import _FULL_INTEGER
 from cvattn_keras.export._modes import QUANTIZATIONS
+from cvattn_keras.export._stream import _STATE
 from cvattn_keras.export._subprocess import _CHILD_ENV
 from cvattn_keras.export._subprocess import convert_by_command_line
 from cvattn_keras.quantization import QuantizeWrapper
@@ -138,7 +139,7 @@ def _default_num_samples(model, default=100, data=None):
     callable `data`)."""
     names = _input_names(model) if getattr(model, "inputs", None) else []
     stream = len(names) > 1 and names[0] == "chunk"
-    if stream and all(re.fullmatch(r"state_\d+_.*", n) for n in names[1:]):
+    if stream and all(_STATE.fullmatch(n) for n in names[1:]):
         return _STREAM_CALLABLE_SAMPLES if callable(data) else sys.maxsize
     return default
 
