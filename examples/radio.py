@@ -42,9 +42,9 @@ data: `--data-seed`), and the confusion matrix at high SNR of the best
 model. The best model (highest validation accuracy), and the best
 complex model when another wins, are exported to TFLite (builtin ops
 only; `--modes`, default float32 and full_int8 calibrated on 256 training
-frames) and scored per SNR on LiteRT. (The real transformer has no
-full_int8 file: Keras' `LayerNormalization` converts with a NEG, which
-has no integer kernel; a row says so.)
+frames) and scored per SNR on LiteRT. (The real transformer's Keras
+`LayerNormalization`s are traced without their NEG, which has no integer
+kernel: see `cvattn_keras/export/_keras_layers.py`.)
 
 Live IQ (whenever the complex model is trained): the best complex
 classifier on validation becomes a stream (`cvattn_keras.streaming.

@@ -461,3 +461,77 @@ def test_music_models_convert_to_full_int8(tmp_path, name):
     report = cvk.export.verify_tflite(path, model, test, num_runs=1)
     assert all(info.dtype == "int8" for info in report.inputs), report
     assert report.max_rel_error <= MUSIC_TOLERANCE, report
+
+
+def _layer_norm_model(rng):
+    """Dense -> LayerNormalization (last axis) -> LayerNormalization over
+    two axes -> Dense, with random gammas and betas."""
+    frames = keras.Input((8, 16), name="frames")
+    x = keras.layers.Dense(16)(frames)
+    x = keras.layers.LayerNormalization(name="norm_last")(x)
+    x = keras.layers.LayerNormalization(axis=(1, 2), name="norm_two")(x)
+    model = keras.Model(frames, keras.layers.Dense(4)(x))
+    for weight in model.weights:
+        if weight.path.endswith(("gamma", "beta")):
+            weight.assign(rng.normal(size=weight.shape).astype("float32"))
+    return model
+
+
+@pytest.mark.parametrize("squared_difference", [True, False])
+@pytest.mark.parametrize("axis", [-1, (1, 2)])
+def test_integer_layer_normalization_is_keras_layer_normalization(
+    rng, squared_difference, axis
+):
+    """The export's form of `LayerNormalization` against NumPy float64,
+    and Keras' own `call` restored after the context."""
+    from cvattn_keras.export._keras_layers import integer_layer_normalization
+
+    layer = keras.layers.LayerNormalization(axis=axis, epsilon=1e-3)
+    x = rng.normal(1.5, 2.0, size=(3, 8, 16)).astype("float32")
+    layer.build(x.shape)
+    for weight in layer.weights:
+        weight.assign(rng.normal(size=weight.shape).astype("float32"))
+    axes = (2,) if axis == -1 else axis
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=axes, keepdims=True)
+    variance = ((x64 - mean) ** 2).mean(axis=axes, keepdims=True)
+    gamma = keras.ops.convert_to_numpy(layer.gamma).reshape(
+        (1,) + tuple(x.shape[a] if a in axes else 1 for a in (1, 2))
+    )
+    beta = keras.ops.convert_to_numpy(layer.beta).reshape(gamma.shape)
+    want = (x64 - mean) / np.sqrt(variance + 1e-3) * gamma + beta
+    original = keras.layers.LayerNormalization.call
+    with integer_layer_normalization(squared_difference):
+        got = keras.ops.convert_to_numpy(layer(x))
+    assert keras.layers.LayerNormalization.call is original
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize(
+    "mode, tolerance",
+    # Measured when written: 0.023 (full_int8), 0.0047 (int16x8); 3x.
+    [("full_int8", 0.07), ("int16x8", 0.015)],
+)
+def test_keras_layer_normalization_has_full_integer_files(
+    rng, tmp_path, mode, tolerance
+):
+    """Keras' `LayerNormalization` converted with a NEG, which has no
+    integer kernel: no full_int8 or int16x8 file of a model with one (the
+    radio example's real transformer). The export traces it without."""
+    model = _layer_norm_model(rng)
+    data = rng.normal(size=(64, 8, 16)).astype("float32")
+    path = cvk.export.export_tflite(
+        model,
+        tmp_path / "m.tflite",
+        quantization=mode,
+        representative_data=data,
+    )
+    report = cvk.export.verify_tflite(path, model, data[:4])
+    assert "NEG" not in report.ops and "SUB" in report.ops, report
+    assert report.max_rel_error <= tolerance, report
+    # The model itself still calls Keras' form.
+    assert keras.layers.LayerNormalization.call.__qualname__ == (
+        "LayerNormalization.call"
+    )

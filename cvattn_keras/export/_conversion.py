@@ -4,6 +4,7 @@ subprocess (`_subprocess`), and the checks of the converted graph (no
 float op in a full-integer file), with the converter's messages mapped to
 the model's layer names."""
 
+import contextlib
 import os
 import re
 import sys
@@ -28,6 +29,7 @@ from cvattn_keras.export._calibration import _check_calibration_data
 from cvattn_keras.export._calibration import _representative_dataset
 from cvattn_keras.export._errors import FloatFallbackError
 from cvattn_keras.export._errors import UnsupportedOpsError
+from cvattn_keras.export._keras_layers import integer_layer_normalization
 from cvattn_keras.export._modes import _CALIBRATED
 from cvattn_keras.export._modes import _FULL_INTEGER
 from cvattn_keras.export._modes import QUANTIZATIONS
@@ -398,8 +400,14 @@ def _convert(
     counter = [0]
     signature = _input_signature(model, shapes)
     with tempfile.TemporaryDirectory() as saved_model:
+        integer_forms = (
+            integer_layer_normalization(quantization != "int16x8")
+            if quantization in _CALIBRATED
+            else contextlib.nullcontext()
+        )
         with (
             core.portable_masking(),
+            integer_forms,
             _tracing.for_export(
                 plain_statistics=quantization in _CALIBRATED,
                 weights_once=weights_once,
