@@ -335,3 +335,24 @@ def test_complex_modulus_under_mixed_float16():
 def test_conversion_layers_reject_scalars(layer):
     with pytest.raises(ValueError, match="scalar"):
         layer()(np.float32(2.0))
+
+
+def test_music_classifier_takes_another_attention(rng):
+    """`attention=` reaches every encoder's self-attention, with its
+    options, and the model runs."""
+    model = models.music_classifier(
+        frames=6,
+        bins=10,
+        notes=4,
+        attention="low_rank",
+        attention_options={"rank": 2, "max_length": 6},
+        **SMALL,
+    )
+    encoders = [x for x in model.layers if x.name.startswith("encoder_")]
+    assert encoders and all(
+        isinstance(e.self_attention, cvk.layers.ComplexLowRankAttention)
+        and e.self_attention.rank == 2
+        for e in encoders
+    )
+    x = rng.standard_normal((3, 6, 20)).astype("float32")
+    assert tuple(model(x).shape) == (3, 6, 4)

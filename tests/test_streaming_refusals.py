@@ -122,3 +122,19 @@ def test_calibration_data_skip_takes_numpy_integers(stream):
     assert data[0].shape == (2, 1, 4)
     with pytest.raises(ValueError, match="skip=True"):
         calibration_data(stream, chunks, skip=True)
+
+
+def test_an_encoder_with_another_attention_is_refused():
+    """An encoder whose self-attention is not `ComplexMultiHeadAttention`
+    (here low rank, which sees the whole sequence) has no stream: refused
+    by name, not an AttributeError."""
+    x = keras.Input((None, 8))
+    h = cl.ComplexTransformerEncoder(
+        2,
+        attention="low_rank",
+        attention_options={"rank": 2, "max_length": 16},
+        name="lowrank_encoder",
+    )(x)
+    model = keras.Model(x, h)
+    with pytest.raises(ValueError, match="lowrank_encoder.*ComplexLowRank"):
+        to_streaming(model)

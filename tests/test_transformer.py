@@ -358,3 +358,83 @@ def test_cross_attention_to_one_step_memory_does_not_warn(rng, softmax):
     memory = cvk.to_stacked(ref.random_complex(rng, (2, 1, 3)))
     y = layer(target, memory)
     assert np.all(np.isfinite(to_numpy(y)))
+
+
+def test_another_attention_layer_in_the_encoder(rng, tmp_path):
+    """`attention="low_rank"`: the self-attention is a
+    `ComplexLowRankAttention` with the block's arguments and the options,
+    composed as multi-head attention is (NumPy norms and feed-forward,
+    the sublayer called as itself: its own tests check it against
+    NumPy), and the block saves and reloads with it."""
+    z = ref.random_complex(rng, (2, 6, 4))
+    layer = ComplexTransformerEncoder(
+        2,
+        intermediate_dim=6,
+        softmax="abs",
+        seed=5,
+        attention="low_rank",
+        attention_options={"rank": 3, "max_length": 8},
+    )
+    layer.build((None, 6, 8))
+    _randomize(layer, rng)
+    attention = layer.self_attention
+    assert isinstance(attention, cvk.layers.ComplexLowRankAttention)
+    assert (attention.rank, attention.max_length) == (3, 8)
+    assert (attention.num_heads, attention.key_dim) == (2, 2)
+    assert attention.softmax == "abs" and attention.seed == 6
+    y = cvk.from_stacked(layer(cvk.to_stacked(z)), "complex128")
+
+    def attend(q, v):
+        out = attention(cvk.to_stacked(q), cvk.to_stacked(v))
+        return cvk.from_stacked(out, "complex128")
+
+    ln1, ln2 = _norm(layer.self_attention_norm), _norm(layer.feedforward_norm)
+    x = ln1(z + attend(z, z))
+    expected = ln2(x + _feedforward(layer)(x))
+    np.testing.assert_allclose(y, expected, atol=ATOL)
+
+    config = layer.get_config()
+    assert config["attention"] == "low_rank"
+    assert config["attention_options"] == {"rank": 3, "max_length": 8}
+    inputs = keras.Input((6, 8))
+    model = keras.Model(inputs, layer(inputs))
+    model.save(tmp_path / "encoder.keras")
+    loaded = keras.saving.load_model(tmp_path / "encoder.keras", safe_mode=True)
+    x_in = cvk.to_stacked(z).astype("float32")
+    np.testing.assert_array_equal(to_numpy(loaded(x_in)), to_numpy(model(x_in)))
+
+
+def test_multi_head_options_and_the_default_are_the_same_layer(rng):
+    """`attention_options` for the default layer reach it (here the one
+    it has already: `softmax`), and leave the weights those of the
+    default block."""
+    x = cvk.to_stacked(ref.random_complex(rng, (2, 5, 4)))
+    plain = ComplexTransformerEncoder(2, seed=1)
+    with_options = ComplexTransformerEncoder(
+        2, seed=1, softmax="abs", attention_options={"softmax": "real"}
+    )
+    assert with_options.get_config()["attention_options"] == {"softmax": "real"}
+    np.testing.assert_array_equal(to_numpy(plain(x)), to_numpy(with_options(x)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(attention="linear"), "attention='linear'"),
+        (dict(attention=None), "attention=None"),
+        (dict(attention_options=[("rank", 2)]), "attention_options="),
+        (dict(attention_options={1: 2}), "attention_options="),
+        (
+            dict(attention="low_rank", sliding_window=4),
+            "sliding_window=4",
+        ),
+        (
+            dict(attention="low_rank", rotary_max_wavelength=100.0),
+            "rotary_max_wavelength=100.0",
+        ),
+    ],
+)
+def test_bad_attention_choices(kwargs, match):
+    for cls in (ComplexTransformerEncoder, ComplexTransformerDecoder):
+        with pytest.raises(ValueError, match=match):
+            cls(2, **kwargs)

@@ -5,6 +5,8 @@ import keras
 from cvattn_keras import _validation as check
 from cvattn_keras import attention as core
 from cvattn_keras import initializers as cinit
+from cvattn_keras.layers._attention_choice import attention_class
+from cvattn_keras.layers._attention_choice import check_attention
 from cvattn_keras.layers._attention_masks import (
     check_attention_mask_shape as _check_attention_mask_shape,
 )
@@ -64,6 +66,8 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         chunk_size="auto",
         complex_matmul="auto",
         sliding_window=None,
+        attention="multi_head",
+        attention_options=None,
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
@@ -73,6 +77,9 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             chunk_size,
             complex_matmul,
             sliding_window,
+        )
+        attention_options = check_attention(
+            attention, attention_options, options
         )
         intermediate_dim = check.positive_int(
             intermediate_dim, "intermediate_dim", allow_none=True
@@ -109,6 +116,8 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             "bias_initializer", bias_initializer
         )
         set_options(self, options)
+        self.attention = attention
+        self.attention_options = attention_options
 
     def _features(self, shape):
         features = _features(shape, type(self).__name__)
@@ -146,6 +155,10 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         return None if self.seed is None else self.seed + self._SALTS[name]
 
     def _attention(self, features, name):
+        if name == "self_attention" and (
+            self.attention != "multi_head" or self.attention_options
+        ):
+            return self._other_attention(features, name)
         window = self.sliding_window if name == "self_attention" else None
         return ComplexMultiHeadAttention(
             self.num_heads,
@@ -161,6 +174,33 @@ class _ComplexTransformerBlock(keras.layers.Layer):
             **self._initializers(name),
             **self._common(name),
         )
+
+    def _other_attention(self, features, name):
+        """The self-attention of `attention` with `attention_options`: the
+        block's attention arguments that its constructor takes, then the
+        options (which win)."""
+        import inspect
+
+        cls = attention_class(self.attention)
+        arguments = dict(
+            num_heads=self.num_heads,
+            key_dim=self.key_dim or features // self.num_heads,
+            softmax=self.softmax,
+            product=self.product,
+            dropout=self.attention_dropout,
+            rotary_max_wavelength=self.rotary_max_wavelength,
+            chunk_size=self.chunk_size,
+            complex_matmul=self.complex_matmul,
+            sliding_window=self.sliding_window,
+            seed=self._seed(name),
+            **self._initializers(name),
+        )
+        accepted = inspect.signature(cls.__init__).parameters
+        arguments = {
+            key: value for key, value in arguments.items() if key in accepted
+        }
+        arguments.update(self.attention_options)
+        return cls(**arguments, **self._common(name))
 
     def _norm(self, name):
         if self.normalization == "rms":
@@ -292,6 +332,8 @@ class _ComplexTransformerBlock(keras.layers.Layer):
                 self.bias_initializer
             ),
             **attention_options_config(self),
+            "attention": self.attention,
+            "attention_options": dict(self.attention_options),
         }
 
 
@@ -344,6 +386,20 @@ class ComplexTransformerEncoder(_ComplexTransformerBlock):
             self-attention is causal and sees the last `W` positions only
             (`use_causal_mask` is then implied), so that the block streams
             (`cvattn_keras.streaming.to_streaming`).
+        attention: the self-attention's layer: `"multi_head"` (default,
+            `ComplexMultiHeadAttention`), or one of the alternatives of
+            docs/attention-alternatives.md: `"low_rank"`
+            (`ComplexLowRankAttention`), `"sparse"`
+            (`ComplexSparseAttention`), `"lsh"` (`ComplexLSHAttention`),
+            `"gated_unit"` (`ComplexGatedAttentionUnit`). It takes the
+            arguments above that its constructor has (`num_heads`,
+            `key_dim`, `softmax`, ...; `rotary_max_wavelength` and
+            `sliding_window` are refused for the alternatives), then
+            `attention_options`.
+        attention_options: `None` or a dict of the self-attention layer's
+            own constructor arguments (`{"rank": 32, "max_length": 256}`
+            for `"low_rank"`; `{"gated": True}` for `"multi_head"`),
+            saved in the config (plain values only).
         **kwargs: base `Layer` arguments.
 
     Call arguments:
@@ -452,6 +508,11 @@ class ComplexTransformerDecoder(_ComplexTransformerBlock):
             self-attention sees the last `W` positions only (see
             `ComplexMultiHeadAttention`); the cross-attention is not
             windowed.
+        attention: the self-attention's layer (see
+            `ComplexTransformerEncoder`); the cross-attention is
+            `ComplexMultiHeadAttention`.
+        attention_options: `None` or a dict of the self-attention layer's
+            own constructor arguments (see `ComplexTransformerEncoder`).
         **kwargs: base `Layer` arguments.
 
     Call arguments:

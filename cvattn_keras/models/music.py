@@ -184,6 +184,8 @@ def music_classifier(
     stft=None,
     sliding_window=None,
     positions="auto",
+    attention="multi_head",
+    attention_options=None,
     name="music_classifier",
 ):
     """The paper's classification model (the reference's
@@ -268,6 +270,12 @@ def music_classifier(
             positions: `rotary_max_wavelength=10000` in every attention;
             the only kind a stream can keep bounded for hours, with
             `product="inner"`) or `"none"`.
+        attention: every encoder's self-attention layer (see
+            `layers.ComplexTransformerEncoder`): `"multi_head"` (default,
+            the paper's), `"low_rank"`, `"sparse"`, `"lsh"` or
+            `"gated_unit"` (docs/attention-alternatives.md).
+        attention_options: `None` or a dict of that layer's own
+            arguments (e.g. `{"rank": 16, "max_length": 64}`).
         name: the model's name.
 
     Returns:
@@ -297,6 +305,8 @@ def music_classifier(
         sliding_window=sliding_window,
         no_positions=positions == "none",
         rotary_max_wavelength=10000 if positions == "rotary" else None,
+        attention=attention,
+        attention_options=attention_options,
     )
     return keras.Model(inputs, _head(x, head_dim, notes, dropout), name=name)
 

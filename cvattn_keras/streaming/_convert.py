@@ -107,6 +107,19 @@ def _last_axis(layer):
 def _check_attention(attention, owner, product_note=True):
     """The checks every streamed attention passes: a sliding window, and
     rotary positions only with the inner product."""
+    if type(attention) is not cl.ComplexMultiHeadAttention:
+        _refuse(
+            owner,
+            f"its attention is a {type(attention).__name__}, which has no "
+            "stream: only ComplexMultiHeadAttention with sliding_window=W "
+            "streams.",
+        )
+    if getattr(attention, "gated", False):
+        _refuse(
+            owner,
+            "its attention is gated (gated=True), which the stream does not "
+            "compute; build it without the gate to stream it.",
+        )
     if attention.sliding_window is None:
         _refuse(
             owner,
