@@ -18,6 +18,7 @@ from cvattn_keras.layers.fourier import ComplexDataConsistency
 from cvattn_keras.layers.fourier import ComplexFFT2D
 from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
 from cvattn_keras.layers.low_rank import ComplexLowRankAttention
+from cvattn_keras.layers.lsh import ComplexLSHAttention
 from cvattn_keras.layers.masks import ComplexCompression
 from cvattn_keras.layers.masks import ComplexMask
 from cvattn_keras.layers.masks import ComplexScale
@@ -49,6 +50,7 @@ __all__ = [
     "ComplexFromReal",
     "ComplexISTFT",
     "ComplexLayerNormalization",
+    "ComplexLSHAttention",
     "ComplexLowRankAttention",
     "ComplexMask",
     "ComplexMaxPooling2D",
