@@ -389,6 +389,11 @@ def _nested(parts):
 
 def _attention(layer, prefix, path):
     _check_built(layer)
+    if getattr(layer, "gated", False):
+        raise ValueError(
+            f"{_describe(layer)} is gated (gated=True); the reference's "
+            "MultiheadAttention has no gate for `gate_kernel`, `gate_bias`."
+        )
     return _nested(
         _dense(getattr(layer, attr), f"{prefix}{module}.", f"{path}{attr}.")
         for attr, module in (

@@ -130,6 +130,20 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         seed: int or None, the seed of the attention dropout. (A seeded
             initializer is seeded separately; each projection and part then
             gets its own derived seed.)
+        gated: if `True`, gated attention (Qiu et al., 2025, the gate after
+            the attention, before `W_o`): each head's output `o` (complex,
+            `(B, T, N, value_dim)`) is scaled by a real gate of the query's
+            input `x`, `o * sigmoid(|x| W_g + b_g)`, elementwise and head
+            by head, `|x|` the moduli of `x`'s complex features. A real,
+            positive gate scales each output's modulus and keeps its phase;
+            computed from the moduli, it is unchanged when the input turns
+            by a common phase (a gate from `[Re x | Im x]` is not), so the
+            output still turns with the inputs. Weights `gate_kernel`
+            `(Eq, num_heads * value_dim)` (real, from `kernel_initializer`
+            and its regularizer and constraint) and, with `use_bias`,
+            `gate_bias` (from `bias_initializer`: zeros by default, so the
+            gate starts near 1/2, as the paper's). Defaults to `False` (no
+            gate and no extra weights).
         **kwargs: base `Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -228,9 +242,11 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         chunk_size="auto",
         complex_matmul="auto",
         sliding_window=None,
+        gated=False,
         **kwargs,
     ):
         num_heads = check.positive_int(num_heads, "num_heads")
+        gated = check.boolean(gated, "gated")
         options = resolve_attention_options(
             seed,
             rotary_max_wavelength,
@@ -259,6 +275,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         self.output_dim = output_dim
         self.scale = float(scale) if scale is not None else key_dim**-0.5
         self._scale_arg = scale
+        self.gated = gated
         set_weight_options(
             self,
             kernel_initializer=kernel_initializer,
@@ -370,7 +387,46 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         self.output_dense.build(
             tuple(query_shape)[:-1] + (2 * self.num_heads * self.value_dim,)
         )
+        if self.gated:
+            self._build_gate(query_size)
         self.built = True
+
+    def _build_gate(self, query_size):
+        """`gate_kernel` `(Eq, N V)` (real) and, with `use_bias`,
+        `gate_bias` `(N V,)`, seeded apart from the projections (salt 8)."""
+        units = self.num_heads * self.value_dim
+        self.gate_kernel = self.add_weight(
+            name="gate_kernel",
+            shape=(query_size, units),
+            initializer=cinit.clone(self.kernel_initializer, 8),
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+        self.gate_bias = None
+        if self.use_bias:
+            self.gate_bias = self.add_weight(
+                name="gate_bias",
+                shape=(units,),
+                initializer=cinit.clone(self.bias_initializer, 8),
+                regularizer=self.bias_regularizer,
+                constraint=self.bias_constraint,
+            )
+
+    def _gate(self, query):
+        """The gate `sigmoid(|x| W_g + b_g)` of the query's input `x`
+        `(B, T, 2Eq)`, per head and stacked as the heads' outputs: `(B, T,
+        N, 2V)`, the same real gate on each feature's two parts."""
+        dtype = self.compute_dtype
+        logits = ops.matmul(
+            ops.cast(cx.modulus(query), dtype),
+            ops.cast(self.gate_kernel, dtype),
+        )
+        if self.gate_bias is not None:
+            logits = logits + ops.cast(self.gate_bias, dtype)
+        gate = cx.reshape_tail(
+            ops.sigmoid(logits), 2, (self.num_heads, self.value_dim)
+        )
+        return ops.concatenate([gate, gate], axis=-1)
 
     def _make_dense(self, name, units, index):
         # A seeded initializer gets a distinct derived seed per projection,
@@ -609,12 +665,21 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             outputs = outputs + stacked_bias(dense, heads)
         return outputs
 
-    def _project_from_heads(self, inputs):
+    def _project_from_heads(self, inputs, query=None):
         """`(B, T, N, 2V)` -> `(B, T, 2 output_dim)` by `output_dense`,
         its block kernel assembled per head as `(N, 2V, 2O)`; traced for
         export, `complex.matmul_once` of the per-head rows against the
         kernel `(N, 2V, O)` (`W_i` then `W_r` in each head, flattened):
-        no transpose of the activations."""
+        no transpose of the activations. With `gated`, the heads are
+        first scaled by the gate of `query`, the layer's query input."""
+        if self.gated:
+            if query is None:
+                raise ValueError(
+                    "A gated ComplexMultiHeadAttention projects its heads "
+                    "with the gate of its query input: pass `query`. "
+                    "Received: query=None"
+                )
+            inputs = inputs * ops.cast(self._gate(query), inputs.dtype)
         if cx.use_gauss(
             self.complex_matmul,
             *self.output_dense.kernel_real.shape,
@@ -668,6 +733,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
     ):
         if key is None:
             key = value
+        inputs = query  # the gate's input
         self._check_shapes(query.shape, value.shape, key.shape)
         self._check_cache(cache, cache_update_index, query.shape, value.shape)
         # Where the keys go through in blocks, a causal mask or sliding
@@ -729,7 +795,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         outputs, scores = self._compute_attention(
             query, key, value, mask, training, return_attention_scores, **causal
         )
-        outputs = [self._project_from_heads(outputs)]  # (B, T, 2O)
+        outputs = [self._project_from_heads(outputs, inputs)]  # (B, T, 2O)
         if return_attention_scores:
             outputs.append(scores)
         if cache is not None:
@@ -806,6 +872,7 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
                 "scale": self._scale_arg,
                 **weight_options_config(self),
                 **attention_options_config(self),
+                "gated": self.gated,
             }
         )
         return config

@@ -255,7 +255,7 @@ def attention_step(attention, x, keys, values, clock, window):
     seen = ops.concatenate([past, ops.ones_like(clock[:, :1])], axis=1)
     mask = ops.expand_dims(seen, (1, 2))  # (B, 1, 1, W)
     outputs, _ = attention._compute_attention(q, rotated, v, mask, False)
-    outputs = attention._project_from_heads(outputs)
+    outputs = attention._project_from_heads(outputs, x)
     if keys is None:
         return outputs, None, None
     return outputs, k[:, 1:], v[:, 1:]
