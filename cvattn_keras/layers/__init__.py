@@ -17,6 +17,7 @@ from cvattn_keras.layers.embeddings import SinusoidalPositionalEncoding
 from cvattn_keras.layers.fourier import ComplexDataConsistency
 from cvattn_keras.layers.fourier import ComplexFFT2D
 from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
+from cvattn_keras.layers.gau import ComplexGatedAttentionUnit
 from cvattn_keras.layers.low_rank import ComplexLowRankAttention
 from cvattn_keras.layers.lsh import ComplexLSHAttention
 from cvattn_keras.layers.masks import ComplexCompression
@@ -48,6 +49,7 @@ __all__ = [
     "ComplexFFT2D",
     "ComplexFrequencyFrontEnd",
     "ComplexFromReal",
+    "ComplexGatedAttentionUnit",
     "ComplexISTFT",
     "ComplexLayerNormalization",
     "ComplexLSHAttention",
