@@ -13,7 +13,11 @@ heads, E = 64 complex features (16 per head), softmax `--softmax`
   `attention_speed.py` times it); skipped where its `(T, T)` complex64
   scores per head would exceed `--native-limit-gib`;
 - `real2x`: a real `keras.layers.MultiHeadAttention` of twice the width
-  (`key_dim` 32 on the 2E = 128 stacked channels: the same FLOPs as CAtt).
+  (`key_dim` 32 on the 2E = 128 stacked channels: the same FLOPs as CAtt);
+- `gated`: `ComplexMultiHeadAttention(gated=True)` (`full` with a gate
+  of the query's moduli on each head's output);
+- `gau`: `ComplexGatedAttentionUnit(1, 32)` (GAU: one head, `Z` of 32
+  complex features, `e = 2E = 128`; exact attention, as `full`).
 
 Each pass (`forward`, `backward`: forward and the gradient of `sum y^2`
 with respect to the weights) is one `tf.function`, XLA-compiled (`--jit
@@ -45,7 +49,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 BATCH, HEADS, FEATURES = 1, 4, 64
-CANDIDATES = ("low_rank", "full", "native", "real2x")
+CANDIDATES = ("low_rank", "full", "native", "real2x", "gated", "gau")
+GAU_KEY_DIM = 32
 
 
 def _candidate(name, length, rank, softmax):
@@ -74,9 +79,13 @@ def _candidate(name, length, rank, softmax):
         )
     if name == "real2x":
         layer = keras.layers.MultiHeadAttention(HEADS, 2 * head)
-    elif name == "full":
+    elif name in ("full", "gated"):
         layer = cvk.layers.ComplexMultiHeadAttention(
-            HEADS, head, softmax=softmax
+            HEADS, head, softmax=softmax, gated=name == "gated"
+        )
+    elif name == "gau":
+        layer = cvk.layers.ComplexGatedAttentionUnit(
+            1, GAU_KEY_DIM, softmax=softmax
         )
     else:
         layer = cvk.layers.ComplexLowRankAttention(
