@@ -29,7 +29,7 @@ from cvattn_keras.export._calibration import _check_calibration_data
 from cvattn_keras.export._calibration import _representative_dataset
 from cvattn_keras.export._errors import FloatFallbackError
 from cvattn_keras.export._errors import UnsupportedOpsError
-from cvattn_keras.export._keras_layers import integer_layer_normalization
+from cvattn_keras.export._keras_layers import integer_keras_layers
 from cvattn_keras.export._modes import _CALIBRATED
 from cvattn_keras.export._modes import _FULL_INTEGER
 from cvattn_keras.export._modes import QUANTIZATIONS
@@ -401,7 +401,7 @@ def _convert(
     signature = _input_signature(model, shapes)
     with tempfile.TemporaryDirectory() as saved_model:
         integer_forms = (
-            integer_layer_normalization(quantization != "int16x8")
+            integer_keras_layers(quantization != "int16x8")
             if quantization in _CALIBRATED
             else contextlib.nullcontext()
         )
