@@ -160,6 +160,26 @@ def test_stream_equals_offline(rng, softmax, product):
     assert shapes == [(2, 3), (2, 3, 2, 8), (2, 3, 2, 8)] + [(2, 2, 2, 6)] * 2
 
 
+def test_gated_encoder_and_attention_stream(rng):
+    """`gated=True` (the encoder's through `attention_options`): each step
+    gates its heads with its own frame, as the offline model does."""
+    x = keras.Input((None, 6))
+    h = cl.ComplexDense(8)(x)
+    h = cl.ComplexTransformerEncoder(
+        2, sliding_window=3, attention_options={"gated": True}
+    )(h)
+    h = cl.ComplexMultiHeadAttention(2, 3, sliding_window=2, gated=True)(
+        h, h, use_causal_mask=True
+    )
+    model = keras.Model(x, cl.RealReadout()(cl.ComplexDense(3)(h)))
+    for weight in model.weights:
+        if "gate_bias" in weight.path:
+            weight.assign(rng.normal(size=weight.shape))
+    frames = rng.normal(size=(2, 9, 6)).astype("float32")
+    streamed, _ = run_stream(to_streaming(model), frames[:, :, None, :])
+    assert _relative(streamed, to_numpy(model(frames))) <= RTOL
+
+
 @pytest.mark.parametrize("softmax", att.SOFTMAX_VARIANTS)
 def test_stream_with_rotary_positions(rng, softmax):
     model = _frames_model(softmax, "inner", rotary=50.0)

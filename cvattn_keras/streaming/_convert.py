@@ -114,12 +114,6 @@ def _check_attention(attention, owner, product_note=True):
             "stream: only ComplexMultiHeadAttention with sliding_window=W "
             "streams.",
         )
-    if getattr(attention, "gated", False):
-        _refuse(
-            owner,
-            "its attention is gated (gated=True), which the stream does not "
-            "compute; build it without the gate to stream it.",
-        )
     if attention.sliding_window is None:
         _refuse(
             owner,
