@@ -547,3 +547,78 @@ def test_no_tensor_grows_as_t_squared():
         for t in op.outputs
     ]
     assert 0 < max(sizes) < 512 * 512 / 4, max(sizes)
+
+
+# ----------------------------------------------------------------------
+# TFLite: builtin ops only, float32 and full_int8; ONNX.
+# ----------------------------------------------------------------------
+
+
+def _export_model(num_buckets=3):
+    """A dense stem, then causal LSH self-attention (CAtt, two rounds,
+    T = 12 in blocks of 4), padded by a bool input."""
+    frames = keras.Input((12, 8), name="frames")
+    keep = keras.Input((1, 12), dtype="bool", name="keep")
+    x = cvk.layers.ComplexDense(4, name="dense_in")(frames)
+    x = ComplexLSHAttention(
+        2, 3, num_buckets=num_buckets, num_hashes=2, chunk_length=4, seed=3
+    )(x, x, attention_mask=keep, use_causal_mask=True)
+    return keras.Model([frames, keep], x)
+
+
+def _export_data(rng, count):
+    keep = np.ones((count, 1, 12), bool)
+    keep[::2, :, 9:] = False
+    return [_stacked(_random(rng, (count, 12, 4))).astype("float32"), keep]
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow_only
+def test_tflite_float32_and_full_int8(rng, tmp_path):
+    """Sorted by TOPK_V2, gathered by GATHER: builtin ops only. The
+    full_int8 file has the same ops, all integer; its accuracy is checked
+    with one bucket: where int8 rounding moves a token to another bucket,
+    it sees other keys (measured when written, three buckets: 0.40 of the
+    largest output; one bucket: 0.021)."""
+    keras.utils.set_random_seed(3)
+    model = _export_model()
+    data = _export_data(rng, 32)
+    path = cvk.export.export_tflite(model, tmp_path / "f32.tflite")
+    report = cvk.export.verify_tflite(path, model, [x[:3] for x in data])
+    assert report.builtin_only and report.non_builtin_ops == (), report
+    assert "TOPK_V2" in report.ops and "GATHER" in report.ops, report
+    peak = np.max(np.abs(to_numpy(model([x[:3] for x in data]))))
+    assert report.max_abs_error <= 1e-4 * peak, report
+    model = _export_model(num_buckets=1)
+    path = cvk.export.export_tflite(
+        model,
+        tmp_path / "int8.tflite",
+        quantization="full_int8",
+        representative_data=data,
+        batch_size=2,
+    )
+    from ai_edge_litert import schema_py_generated as schema
+
+    with open(path, "rb") as f:
+        tflite = schema.ModelT.InitFromPackedBuf(f.read(), 0)
+    floats = {schema.TensorType.FLOAT32, schema.TensorType.FLOAT16}
+    assert not [t.name for t in tflite.subgraphs[0].tensors if t.type in floats]
+    report = cvk.export.verify_tflite(path, model, [x[:2] for x in data])
+    assert report.quantization == "full_int8", report
+    assert "TOPK_V2" in report.ops, report
+    assert report.max_rel_error <= 0.1, report
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow_only
+def test_onnx_matches_keras(rng, tmp_path):
+    """Standard ONNX only (TopK, Gather); on ONNX Runtime it matches
+    Keras."""
+    pytest.importorskip("onnxruntime", reason="needs cvattn_keras[onnx]")
+    pytest.importorskip("tf2onnx", reason="needs cvattn_keras[onnx]")
+    keras.utils.set_random_seed(3)
+    model = _export_model()
+    path = cvk.export.export_onnx(model, str(tmp_path / "m.onnx"))
+    report = cvk.export.verify_onnx(path, model, _export_data(rng, 3))
+    assert "TopK" in report.ops, report
+    assert report.max_abs_error <= 1e-5, report

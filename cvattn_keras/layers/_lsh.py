@@ -56,7 +56,15 @@ class LSHPlan:
         real, imag = cx.split(z)
         power = real * real + imag * imag  # |<k, R_j>|^2 / |q|^2
         power = ops.reshape(power, (-1, self.rounds, self.buckets))
-        buckets = ops.cast(ops.argmax(power, axis=-1), "int32")
+        # The argmax (the first of equal largest) as the least index at
+        # the maximum: Keras' argmax of floats adds a sign-bit test
+        # (BitwiseAnd) that TFLite lacks, and a TOPK_V2 of floats has no
+        # integer kernel.
+        top = ops.max(power, axis=-1, keepdims=True)
+        index = ops.arange(self.buckets, dtype="int32")
+        buckets = ops.min(
+            ops.where(ops.equal(power, top), index, self.buckets), axis=-1
+        )
         buckets = ops.reshape(buckets, (self.bn, self.length, self.rounds))
         if padding is not None:  # (B|1, T) -> (B|1, 1, T, 1)
             keep = ops.expand_dims(padding, (1, 3))
