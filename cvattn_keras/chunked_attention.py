@@ -30,13 +30,22 @@ numbers per query row. Memory is O(T * chunk_size) per head for the
 blocks in flight, plus O((T + S) * head width), plus the mask if one is
 given (`(B|1, T, S)` bools; `is_causal=True` needs none).
 
-Both loops (forward and backward) are `keras.ops.fori_loop`s over the key
+With a sliding window (`sliding_window=W`) and a query length known when
+traced, the loops run over blocks of query rows instead (`W` rows, at
+least 16, at most `chunk_size`), each against the one contiguous span of
+keys its window reaches (`_block_pattern`, shared with
+`layers.ComplexSparseAttention`): `Cq + 2W - 2` keys, `Cq + W - 1` when
+causal. The key blocks outside the window are never visited, forward or
+backward: O(T * W) work instead of O(T * S), one softmax per query block
+(its keys all in one block).
+
+Both loops (forward and backward) are `keras.ops.fori_loop`s over the
 blocks: on TensorFlow and JAX one compiled loop whatever the number of
 blocks (a Python loop would unroll into a graph that grows with S, and
 XLA could merge the backward's recomputation with the forward's and keep
-the scores alive); on PyTorch it is a Python loop. The queries are not
-blocked: each block's matmuls see every query row, the widest matmuls
-this layout allows.
+the scores alive); on PyTorch it is a Python loop. Without a window the
+queries are not blocked: each block's matmuls see every query row, the
+widest matmuls this layout allows.
 
 Precision: everything is computed in float32 (float64 stays float64);
 the output is cast to `value`'s dtype and the gradients to their inputs'
@@ -53,6 +62,7 @@ from keras import backend
 from keras import ops
 
 from cvattn_keras import _attention_args as args
+from cvattn_keras import _block_pattern as pattern
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
@@ -103,7 +113,10 @@ def chunked_dot_product_attention(
             masks the keys that one covered.
         sliding_window: `None` or a positive int `W`: query `t` attends
             only to keys `t - W < s` (and `s < t + W` without
-            `is_causal`), built per block as the causal mask is.
+            `is_causal`). With a query length known when traced, the
+            queries go in blocks, each against its window's keys only
+            (O(T * W) work; see the module docstring); otherwise the key
+            blocks each mask the window, as the causal mask.
 
     Returns:
         The output `(B, T, N, 2V)`, in `value`'s dtype.
@@ -141,7 +154,15 @@ def chunked_dot_product_attention(
         )
     window = args.resolve_sliding_window(sliding_window)
     plan = _Plan(
-        softmax, product, scale, mask, is_causal, chunk_size, keys, window
+        softmax,
+        product,
+        scale,
+        mask,
+        is_causal,
+        chunk_size,
+        keys,
+        window,
+        rows=check.static_size(query.shape[1]),
     )
 
     @ops.custom_gradient
@@ -208,10 +229,26 @@ def _transposed(p, x):
 
 class _Plan:
     """The static configuration of one chunked attention and its forward
-    and backward loops, on `(B, N, L, width)` tensors."""
+    and backward loops, on `(B, N, L, width)` tensors.
+
+    Without a window (or with a query length unknown when traced) the
+    loops run over blocks of `chunk` keys, each against every query row.
+    With a window (`banded`) they run over blocks of `query_block` query
+    rows instead, each against the one span of `span` keys its window
+    reaches (`_block_pattern`): the key blocks outside the window are
+    never visited, O(T * W) work instead of O(T * S)."""
 
     def __init__(
-        self, softmax, product, scale, mask, causal, chunk, keys, window=None
+        self,
+        softmax,
+        product,
+        scale,
+        mask,
+        causal,
+        chunk,
+        keys,
+        window=None,
+        rows=None,
     ):
         self.softmax = softmax
         self.product = product
@@ -228,6 +265,26 @@ class _Plan:
         # Which logits go through a softmax: "re" (Re A), "mod" (abs A) or
         # both "re" and "im" (two softmaxes).
         self.planes = 2 if softmax == "naive" else 1
+        self.rows = rows  # the query length, None if unknown when traced
+        self.banded = window is not None and rows is not None and rows > 0
+        if self.banded:
+            self.query_block = pattern.query_block(window, chunk, rows)
+            self.query_blocks = -(-rows // self.query_block)
+            self.span = pattern.window_span(
+                self.query_block, window, causal, keys
+            )
+            self.row_overlap = rows % self.query_block != 0
+
+    @property
+    def work(self):
+        """The scores computed per head: `T * S` by key blocks (`T` the
+        query length, `None` if unknown), `query_blocks * query_block *
+        span` for a window."""
+        if self.banded:
+            return self.query_blocks * self.query_block * self.span
+        if self.rows is None:
+            return None
+        return self.rows * self.blocks * self.chunk
 
     # -- per-block pieces ---------------------------------------------
 
@@ -246,25 +303,35 @@ class _Plan:
             return min(i * self.chunk, last)
         return ops.minimum(i * self.chunk, last)
 
-    def _slice_keys(self, x, start):
-        """`x[:, :, start:start + C]` of a `(B, N, S, W)` tensor."""
-        shape = ops.shape(x)
-        return ops.slice(
-            x, (0, 0, start, 0), (shape[0], shape[1], self.chunk, shape[3])
-        )
+    def _slice_keys(self, x, start, size=None):
+        """`x[:, :, start:start + size]` of a `(B, N, L, W)` tensor (`size`
+        defaults to the key block `C`)."""
+        return _slice_rows(x, start, self.chunk if size is None else size)
+
+    def _user_mask(self, row, rows, start, cols):
+        """The mask's part for query rows `[row, row + rows)` (all rows
+        when `row` is `None`) and keys `[start, start + cols)`, or
+        `None`."""
+        mask = self.mask
+        if mask is None:
+            return None
+        by_row = row is not None and mask.shape[2] != 1
+        by_key = mask.shape[3] != 1
+        if not (by_row or by_key):
+            return mask
+        begin, size = [0, 0, 0, 0], list(ops.shape(mask))
+        if by_row:
+            begin[2], size[2] = row, rows
+        if by_key:
+            begin[3], size[3] = start, cols
+        return ops.slice(mask, begin, size)
 
     def _block_mask(self, i, start, rows):
-        """The block's mask, broadcastable to `(B, N, T, C)`, or `None`."""
+        """The key block's mask, broadcastable to `(B, N, T, C)`, or
+        `None`."""
         masks = []
-        if self.mask is not None:
-            mask = self.mask
-            if mask.shape[-1] != 1:
-                shape = ops.shape(mask)
-                mask = ops.slice(
-                    mask,
-                    (0, 0, 0, start),
-                    (shape[0], shape[1], shape[2], self.chunk),
-                )
+        mask = self._user_mask(None, rows, start, self.chunk)
+        if mask is not None:
             masks.append(mask)
         if self.causal or self.overlap or self.window is not None:
             cols = start + ops.arange(self.chunk, dtype="int32")
@@ -276,6 +343,24 @@ class _Plan:
             )
             if allowed is not None:
                 masks.append(allowed)
+        return args.all_of(masks)
+
+    def _band_mask(self, i, row, start):
+        """The mask of query block `i` (rows from `row`) against its span
+        (keys from `start`), broadcastable to `(B, N, Cq, span)`: the
+        window (and causality), the user's mask, and the rows an earlier
+        block covered."""
+        block = self.query_block
+        masks = [
+            pattern.local_mask(
+                row, start, block, self.span, self.causal, self.window
+            )
+        ]
+        mask = self._user_mask(row, block, start, self.span)
+        if mask is not None:
+            masks.append(mask)
+        if self.row_overlap:
+            masks.append(pattern.new_rows(i, row, block))
         return args.all_of(masks)
 
     def _logits(self, q, kb, ikb):
@@ -293,6 +378,62 @@ class _Plan:
 
     # -- forward -------------------------------------------------------
 
+    def _initial_state(self, q, v):
+        """`(m, l, acc)` per plane for the query rows of `q`."""
+        dtype = q.dtype
+        stats_shape = ops.shape(q)[:3] + (1,)
+        acc_shape = ops.shape(q)[:3] + (ops.shape(v)[3],)
+        state = []
+        for _ in range(self.planes):
+            state += [
+                ops.full(stats_shape, _NEGATIVE, dtype),  # running max
+                ops.zeros(stats_shape, dtype),  # running normaliser
+                ops.zeros(acc_shape, dtype),  # running numerator
+            ]
+        return state
+
+    def _update(self, state, q, kb, ikb, vb, ivb, mask):
+        """One step of the online softmax: the state after the keys `kb`
+        (values `vb`, `i vb` for "abs") under `mask`."""
+        dtype = q.dtype
+        logits, sign = self._logits(q, kb, ikb)
+        new = []
+        for plane, x in enumerate(logits):
+            m, total, acc = state[3 * plane : 3 * plane + 3]
+            if mask is not None:
+                x = ops.where(mask, x, ops.cast(_NEGATIVE, dtype))
+            # max(m, block max) by `where`: Keras 3.15's `ops.maximum`
+            # returns float32 for float64 tensors on PyTorch.
+            block_max = ops.max(x, axis=-1, keepdims=True)
+            top = ops.where(m >= block_max, m, block_max)
+            decay = ops.exp(m - top)
+            p = ops.exp(x - top)
+            if mask is not None:
+                p = ops.where(mask, p, ops.zeros_like(p))
+            total = total * decay + ops.sum(p, axis=-1, keepdims=True)
+            if self.softmax == "abs":
+                u_re, u_im, _ = sign
+                update = _times(p * u_re, vb) + _times(p * u_im, ivb)
+            else:
+                update = _times(p, vb)
+            new += [top, total, acc * decay + update]
+        return new
+
+    def _finish(self, state):
+        """`(pieces, log_totals)` per plane from the final state: the
+        output `acc / l` (0 for rows with no key) and the row's
+        log-sum-exp `m + log l` (0 for rows with no key: their weights
+        are masked to 0 in the backward anyway)."""
+        pieces, log_totals = [], []
+        for plane in range(self.planes):
+            m, total, acc = state[3 * plane : 3 * plane + 3]
+            pieces.append(_safe_divide(acc, total))
+            safe = ops.where(total > 0, total, ops.ones_like(total))
+            log_totals.append(
+                ops.where(total > 0, m + ops.log(safe), ops.zeros_like(m))
+            )
+        return pieces, log_totals
+
     def forward(self, query, key, value):
         out_dtype = value.dtype
         dtype = _compute_dtype(query.dtype, key.dtype, value.dtype)
@@ -304,63 +445,12 @@ class _Plan:
         ik = cx.times_i(k)
         v = ops.transpose(ops.cast(value, dtype), (0, 2, 1, 3))
         iv = cx.times_i(v) if self.softmax == "abs" else None
-        rows = ops.shape(q)[2]
-        stats_shape = ops.shape(q)[:3] + (1,)
-        acc_shape = ops.shape(q)[:3] + (ops.shape(v)[3],)
-        state = []
-        for _ in range(self.planes):
-            state += [
-                ops.full(stats_shape, _NEGATIVE, dtype),  # running max
-                ops.zeros(stats_shape, dtype),  # running normaliser
-                ops.zeros(acc_shape, dtype),  # running numerator
-            ]
-
-        def body(i, state):
-            start = self._start(i)
-            kb = self._slice_keys(k, start)
-            ikb = self._slice_keys(ik, start)
-            vb = self._slice_keys(v, start)
-            mask = self._block_mask(i, start, rows)
-            logits, sign = self._logits(q, kb, ikb)
-            new = []
-            for plane, x in enumerate(logits):
-                m, total, acc = state[3 * plane : 3 * plane + 3]
-                if mask is not None:
-                    x = ops.where(mask, x, ops.cast(_NEGATIVE, dtype))
-                # max(m, block max) by `where`: Keras 3.15's
-                # `ops.maximum` returns float32 for float64 tensors on
-                # PyTorch.
-                block_max = ops.max(x, axis=-1, keepdims=True)
-                top = ops.where(m >= block_max, m, block_max)
-                decay = ops.exp(m - top)
-                p = ops.exp(x - top)
-                if mask is not None:
-                    p = ops.where(mask, p, ops.zeros_like(p))
-                total = total * decay + ops.sum(p, axis=-1, keepdims=True)
-                if self.softmax == "abs":
-                    u_re, u_im, _ = sign
-                    update = _times(p * u_re, vb) + _times(
-                        p * u_im, self._slice_keys(iv, start)
-                    )
-                else:
-                    update = _times(p, vb)
-                new += [top, total, acc * decay + update]
-            return new
-
-        state = ops.fori_loop(0, self.blocks, body, state)
-        pieces, log_totals = [], []
-        for plane in range(self.planes):
-            m, total, acc = state[3 * plane : 3 * plane + 3]
-            piece = _safe_divide(acc, total)
-            if plane == 1:
-                piece = cx.times_i(piece)  # + i softmax(Im A) v
-            pieces.append(piece)
-            # log-sum-exp of the row; rows with no key keep 0 (their
-            # weights are masked to 0 in the backward anyway).
-            safe = ops.where(total > 0, total, ops.ones_like(total))
-            log_totals.append(
-                ops.where(total > 0, m + ops.log(safe), ops.zeros_like(m))
-            )
+        if self.banded:
+            pieces, log_totals = self._forward_banded(q, k, ik, v, iv)
+        else:
+            pieces, log_totals = self._forward_keys(q, k, ik, v, iv)
+        if self.planes == 2:
+            pieces[1] = cx.times_i(pieces[1])  # + i softmax(Im A) v
         outputs = pieces[0] if self.planes == 1 else pieces[0] + pieces[1]
         residuals = {
             "q": q,
@@ -375,18 +465,132 @@ class _Plan:
         result = ops.cast(ops.transpose(outputs, (0, 2, 1, 3)), out_dtype)
         return result, residuals
 
+    def _forward_keys(self, q, k, ik, v, iv):
+        """The key blocks in turn, every query row against each."""
+        rows = ops.shape(q)[2]
+
+        def body(i, state):
+            start = self._start(i)
+            ivb = None if iv is None else self._slice_keys(iv, start)
+            return self._update(
+                state,
+                q,
+                self._slice_keys(k, start),
+                self._slice_keys(ik, start),
+                self._slice_keys(v, start),
+                ivb,
+                self._block_mask(i, start, rows),
+            )
+
+        state = self._initial_state(q, v)
+        state = ops.fori_loop(0, self.blocks, body, state)
+        return self._finish(state)
+
+    def _band(self, i):
+        """`(row, start)`: query block `i`'s first row and its span's
+        first key."""
+        row = pattern.block_rows(i, self.query_block, self.rows)
+        return row, pattern.span_start(row, self.window, self.span, self.keys)
+
+    def _forward_banded(self, q, k, ik, v, iv):
+        """The query blocks in turn, each against its window's span only:
+        one softmax over the span (one step of the online recurrence),
+        added into the rows' output and log-sum-exp (an overlapping last
+        block's earlier rows are masked, so they add 0)."""
+        block, span = self.query_block, self.span
+        shape = ops.shape(q)
+        state = []
+        for _ in range(self.planes):
+            state += [
+                ops.zeros(shape[:3] + (ops.shape(v)[3],), q.dtype),
+                ops.zeros(shape[:3] + (1,), q.dtype),
+            ]
+
+        def body(i, state):
+            row, start = self._band(i)
+            qb = _slice_rows(q, row, block)
+            ivb = None if iv is None else _slice_rows(iv, start, span)
+            update = self._update(
+                self._initial_state(qb, v),
+                qb,
+                _slice_rows(k, start, span),
+                _slice_rows(ik, start, span),
+                _slice_rows(v, start, span),
+                ivb,
+                self._band_mask(i, row, start),
+            )
+            pieces, log_totals = self._finish(update)
+            new = []
+            for plane in range(self.planes):
+                new.append(_add_rows(state[2 * plane], row, pieces[plane]))
+                new.append(
+                    _add_rows(state[2 * plane + 1], row, log_totals[plane])
+                )
+            return new
+
+        state = ops.fori_loop(0, self.query_blocks, body, state)
+        return list(state[0::2]), list(state[1::2])
+
     # -- backward ------------------------------------------------------
+
+    def _gradients(self, q, d_out, lses, deltas, kb, ikb, vb, ivb, mask):
+        """The gradients from one block of keys (`kb`, values `vb`, `i vb`
+        for "abs") for the query rows of `q` (their upstream `d_out`,
+        row statistics `lses` and `deltas` per plane): `(d_q, d_kb,
+        d_vb)`, `d_q` unscaled."""
+        logits, sign = self._logits(q, kb, ikb)
+        weights = []
+        for x, lse in zip(logits, lses):
+            p = ops.exp(x - lse)
+            if mask is not None:
+                p = ops.where(mask, p, ops.zeros_like(p))
+            weights.append(p)
+        if self.softmax == "abs":
+            (p,) = weights
+            u_re, u_im, inverse = sign
+            d_w_re = _scores(d_out, vb)  # dL/dRe W
+            d_w_im = _scores(d_out, ivb)
+            d_p = d_w_re * u_re + d_w_im * u_im
+            d_x = p * (d_p - deltas[0])
+            # A = r u: dA = u dr + (I - u u^T) du / r, du = P dW and
+            # u . du = P dP.
+            tangential = p * inverse
+            g_re = u_re * (d_x - tangential * d_p) + tangential * d_w_re
+            g_im = u_im * (d_x - tangential * d_p) + tangential * d_w_im
+            w_re, w_im = p * u_re, p * u_im
+            d_vb = _transposed(w_re, d_out) + _times_minus_i(
+                _transposed(w_im, d_out)
+            )
+        else:
+            # Per softmax plane, the upstream gradient of its real-weight
+            # product P v (piece 2 = i (P2 v) for "naive").
+            grads_in = [d_out]
+            if self.planes == 2:
+                grads_in.append(_times_minus_i(d_out))
+            d_xs, d_vb = [], 0.0
+            for p, g, delta in zip(weights, grads_in, deltas):
+                d_xs.append(p * (_scores(g, vb) - delta))
+                d_vb = d_vb + _transposed(p, g)
+            if self.softmax == "real":
+                g_re, g_im = d_xs[0], None
+            elif self.softmax == "naive":
+                g_re, g_im = d_xs
+            else:  # "absonly": x = r, dA = u dr
+                u_re, u_im, _ = sign
+                g_re, g_im = d_xs[0] * u_re, d_xs[0] * u_im
+        d_q = _times(g_re, kb)
+        d_kb = _transposed(g_re, q)
+        if g_im is not None:
+            d_q = d_q + _times(g_im, ikb)
+            d_kb = d_kb + _times_minus_i(_transposed(g_im, q))
+        return d_q, d_kb, d_vb
 
     def backward(self, res, upstream):
         q, k, ik, v, iv = res["q"], res["k"], res["ik"], res["v"], res["iv"]
         dtype = q.dtype
         rows = ops.shape(q)[2]
         d_out = ops.transpose(ops.cast(upstream, dtype), (0, 2, 1, 3))
-        # Per softmax plane: the upstream gradient of its real-weight
-        # product P v, and D = sum_s P dP = <upstream, piece> per row.
-        grads_in = [d_out]
-        if self.planes == 2:
-            grads_in.append(_times_minus_i(d_out))  # piece 2 = i (P2 v)
+        # Per softmax plane, D = sum_s P dP = <upstream, piece> per row.
         deltas = [
             ops.sum(d_out * piece, axis=-1, keepdims=True)
             for piece in res["pieces"]
@@ -394,62 +598,58 @@ class _Plan:
         lses = res["lse"]
         state = [ops.zeros_like(q), ops.zeros_like(k), ops.zeros_like(v)]
 
-        def accumulate(total, start, block):
-            current = self._slice_keys(total, start)
-            return ops.slice_update(total, (0, 0, start, 0), current + block)
-
-        def body(i, state):
+        def keys_body(i, state):
             d_q, d_k, d_v = state
             start = self._start(i)
-            kb = self._slice_keys(k, start)
-            ikb = self._slice_keys(ik, start)
-            vb = self._slice_keys(v, start)
-            mask = self._block_mask(i, start, rows)
-            logits, sign = self._logits(q, kb, ikb)
-            weights = []
-            for x, lse in zip(logits, lses):
-                p = ops.exp(x - lse)
-                if mask is not None:
-                    p = ops.where(mask, p, ops.zeros_like(p))
-                weights.append(p)
-            if self.softmax == "abs":
-                (p,) = weights
-                u_re, u_im, inverse = sign
-                d_w_re = _scores(d_out, vb)  # dL/dRe W
-                d_w_im = _scores(d_out, self._slice_keys(iv, start))
-                d_p = d_w_re * u_re + d_w_im * u_im
-                d_x = p * (d_p - deltas[0])
-                # A = r u: dA = u dr + (I - u u^T) du / r, du = P dW and
-                # u . du = P dP.
-                tangential = p * inverse
-                g_re = u_re * (d_x - tangential * d_p) + tangential * d_w_re
-                g_im = u_im * (d_x - tangential * d_p) + tangential * d_w_im
-                w_re, w_im = p * u_re, p * u_im
-                d_vb = _transposed(w_re, d_out) + _times_minus_i(
-                    _transposed(w_im, d_out)
-                )
-            else:
-                d_xs, d_vb = [], 0.0
-                for p, g, delta in zip(weights, grads_in, deltas):
-                    d_xs.append(p * (_scores(g, vb) - delta))
-                    d_vb = d_vb + _transposed(p, g)
-                if self.softmax == "real":
-                    g_re, g_im = d_xs[0], None
-                elif self.softmax == "naive":
-                    g_re, g_im = d_xs
-                else:  # "absonly": x = r, dA = u dr
-                    u_re, u_im, _ = sign
-                    g_re, g_im = d_xs[0] * u_re, d_xs[0] * u_im
-            d_q = d_q + _times(g_re, kb)
-            d_kb = _transposed(g_re, q)
-            if g_im is not None:
-                d_q = d_q + _times(g_im, ikb)
-                d_kb = d_kb + _times_minus_i(_transposed(g_im, q))
-            d_k = accumulate(d_k, start, d_kb)
-            d_v = accumulate(d_v, start, d_vb)
-            return [d_q, d_k, d_v]
+            ivb = None if iv is None else self._slice_keys(iv, start)
+            d_qb, d_kb, d_vb = self._gradients(
+                q,
+                d_out,
+                lses,
+                deltas,
+                self._slice_keys(k, start),
+                self._slice_keys(ik, start),
+                self._slice_keys(v, start),
+                ivb,
+                self._block_mask(i, start, rows),
+            )
+            return [
+                d_q + d_qb,
+                _add_rows(d_k, start, d_kb),
+                _add_rows(d_v, start, d_vb),
+            ]
 
-        d_q, d_k, d_v = ops.fori_loop(0, self.blocks, body, state)
+        def banded_body(i, state):
+            d_q, d_k, d_v = state
+            row, start = self._band(i)
+            block, span = self.query_block, self.span
+
+            def rows_of(x):
+                return _slice_rows(x, row, block)
+
+            ivb = None if iv is None else _slice_rows(iv, start, span)
+            d_qb, d_kb, d_vb = self._gradients(
+                rows_of(q),
+                rows_of(d_out),
+                [rows_of(x) for x in lses],
+                [rows_of(x) for x in deltas],
+                _slice_rows(k, start, span),
+                _slice_rows(ik, start, span),
+                _slice_rows(v, start, span),
+                ivb,
+                self._band_mask(i, row, start),
+            )
+            return [
+                _add_rows(d_q, row, d_qb),
+                _add_rows(d_k, start, d_kb),
+                _add_rows(d_v, start, d_vb),
+            ]
+
+        if self.banded:
+            loop = (self.query_blocks, banded_body)
+        else:
+            loop = (self.blocks, keys_body)
+        d_q, d_k, d_v = ops.fori_loop(0, loop[0], loop[1], state)
         d_q = d_q * self._scale(dtype)
         if self.product == "bilinear":
             d_k = cx.conjugate(d_k)  # conj is its own transpose
@@ -459,3 +659,16 @@ class _Plan:
             ops.cast(ops.transpose(d_k, (0, 2, 1, 3)), k_dtype),
             ops.cast(ops.transpose(d_v, (0, 2, 1, 3)), v_dtype),
         )
+
+
+def _slice_rows(x, start, size):
+    """`x[:, :, start:start + size]` of a `(B, N, L, W)` tensor."""
+    shape = ops.shape(x)
+    return ops.slice(x, (0, 0, start, 0), (shape[0], shape[1], size, shape[3]))
+
+
+def _add_rows(total, start, block):
+    """`total` with `block` added to its rows `[start, start + len)`
+    (axis 2)."""
+    current = _slice_rows(total, start, ops.shape(block)[2])
+    return ops.slice_update(total, (0, 0, start, 0), current + block)

@@ -712,3 +712,104 @@ def test_overrides_of_compute_attention_keep_their_causal_mask(rng):
         RTOL,
         "override",
     )
+
+
+# ----------------------------------------------------------------------
+# The sliding window: query blocks against their window's keys only.
+# ----------------------------------------------------------------------
+
+
+def _band(length, keys, window, causal):
+    """(T, S): t - W < s (and s <= t causal, s < t + W otherwise)."""
+    t, s = np.arange(length)[:, None], np.arange(keys)[None, :]
+    return (s > t - window) & ((s <= t) if causal else (s < t + window))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("softmax, product", VARIANTS)
+def test_sliding_window_matches_reference_and_gradients(
+    rng, softmax, product, causal
+):
+    """The windowed chunked path (T = 13 queries in blocks of 3, the last
+    overlapping; S = 11 keys; a padding mask with a fully masked row):
+    the NumPy complex128 output under the band's mask, and the full
+    path's gradients; windows of 1, 3 and one covering every key."""
+    complex_inputs, inputs = _inputs(rng)
+    batch, length, keys, heads, _, value = SHAPE
+    padding = _padding_mask(rng, batch, length, keys)
+    weights = _loss_weights(rng, (batch, length, heads, 2 * value))
+    for window in (1, 3, 20):
+        band = _band(length, keys, window, causal)
+
+        def chunked(q, k, v, window=window):
+            return chunked_dot_product_attention(
+                q,
+                k,
+                v,
+                softmax,
+                product,
+                mask=padding,
+                is_causal=causal,
+                chunk_size=3,
+                sliding_window=window,
+            )
+
+        def full(q, k, v, band=band):
+            return _full(q, k, v, softmax, product, padding & band)
+
+        out = to_numpy(chunked(*inputs))
+        expected = _reference(complex_inputs, softmax, product, padding & band)
+        _close(cvk.from_stacked(out, "complex128"), expected, RTOL, "output")
+        assert np.all(out[0, 2] == 0)  # the fully masked row
+        got = _gradients(chunked, inputs, weights)
+        want = _gradients(full, inputs, weights)
+        for name, g, w in zip("qkv", got, want):
+            # A window of 1 has d_q = d_k = 0 (one key per row): measured
+            # against 1, the scale of the other gradients.
+            scale = max(np.abs(w).max(), 1.0)
+            np.testing.assert_allclose(
+                g, w, atol=GRAD_RTOL * scale, err_msg=f"{window}: d{name}"
+            )
+
+
+def test_sliding_window_visits_only_its_key_blocks(monkeypatch):
+    """At T = S = 1024 and a window of 32, every score block the forward
+    and backward compute is (B, N, 32 rows, 32 + 62 keys) (causal: 32 +
+    31): O(T W) work in all (the plan's count), where the key-block loop
+    computed (B, N, T, 512) blocks, T^2 in all."""
+    from cvattn_keras import chunked_attention as ca
+
+    length, window = 1024, 32
+    largest = []
+    einsum = ops.einsum
+
+    def recording(equation, *operands):
+        result = einsum(equation, *operands)
+        largest.append(int(np.prod(result.shape)))
+        return result
+
+    monkeypatch.setattr(ops, "einsum", recording)
+    x = np.zeros((1, length, 1, 2), "float32")
+    for causal in (False, True):
+
+        def run(q, k, v, causal=causal):
+            out = chunked_dot_product_attention(
+                q,
+                k,
+                v,
+                "abs",
+                is_causal=causal,
+                chunk_size=512,
+                sliding_window=window,
+            )
+            return ops.sum(out)
+
+        span = window + (window - 1) * (1 if causal else 2)
+        gradients(run, [x, x, x])
+        scores = [n for n in largest if n != length * 2]
+        assert max(scores) == window * span, (causal, max(scores))
+        largest.clear()
+        plan = ca._Plan(
+            "abs", "inner", 1.0, None, causal, 512, length, window, length
+        )
+        assert plan.work == length * span < length * length // 10
