@@ -57,6 +57,7 @@ BASE = {
     "modulation.py": [],
     "quickstart.py": ["--save", OUT + "/model.keras"],
     "train_distributed.py": ["--checkpoint-dir", OUT],
+    "compare_attention.py": ["--output", OUT],
 }
 
 # (script, argv, what the message names besides the value: None for the
@@ -135,6 +136,12 @@ CASES = [
     ("train_distributed.py", ["--dropout", "1"], None, "1"),
     ("train_distributed.py", ["--learning-rate", "nan"], None, "nan"),
     ("train_distributed.py", ["--checkpoint-dir", FILE], None, FILE),
+    ("compare_attention.py", ["--attentions", "lsh,linear"], None, "linear"),
+    ("compare_attention.py", ["--seeds", "0"], None, "0"),
+    # fewer than a whole STFT frame (3), more than a clip's 321 frames
+    ("compare_attention.py", ["--frames", "2"], None, "2"),
+    ("compare_attention.py", ["--frames", "400"], None, "400"),
+    ("compare_attention.py", ["--output", FILE], None, FILE),
 ]
 
 
@@ -200,6 +207,13 @@ def test_refuses_before_any_work(tmp_path, capsys, script, argv, words, value):
         ("train_distributed.py", ["--dropout", "0"], ("dropout", 0.0)),
         ("quickstart.py", ["--noise", "0"], ("noise", 0.0)),
         ("modulation.py", ["--samples", "4"], ("samples", 4)),
+        (
+            "compare_attention.py",
+            ["--attentions", "lsh,multi_head,lsh"],
+            ("attentions", ["lsh", "multi_head"]),
+        ),
+        ("compare_attention.py", ["--smoke"], ("seeds", 2)),
+        ("compare_attention.py", [], ("frames", 64)),
     ],
 )
 def test_takes_good_values(tmp_path, script, argv, check):

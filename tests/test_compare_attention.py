@@ -1,0 +1,86 @@
+"""examples/compare_attention.py: the alternatives to full attention in
+place of CAtt, scored over seeds with paired differences (--smoke: two
+rows, two seeds, a few seconds of score_music)."""
+
+import json
+import os
+import re
+import runpy
+
+import numpy as np
+import pytest
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """The example sets variables when it loads (`TF_CPP_MIN_LOG_LEVEL`,
+    `CVATTN_KERAS_QUIET_STARTUP`): they must not leak into later tests."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def example():
+    return runpy.run_path(os.path.join(EXAMPLES, "compare_attention.py"))
+
+
+def test_every_row_takes_its_options(example):
+    """Each row's options are arguments of its layer's constructor (a
+    renamed argument would make the row fail after minutes of training);
+    a layer not importable yet (the sparse one while it is written) is
+    skipped with the reason, not an error."""
+    size = example["SMALL"]
+    for name in example["ATTENTIONS"]:
+        attention, options = example["row_attention"](name, 64, size)
+        reason = example["unavailable"](attention, options)
+        assert reason is None or "not importable" in reason, (name, reason)
+    reason = example["unavailable"]("low_rank", {"rank": 4, "ranks": 4})
+    assert reason == "ComplexLowRankAttention takes no ranks"
+
+
+@pytest.mark.slow
+def test_smoke_pairs_against_catt(example, tmp_path, monkeypatch):
+    monkeypatch.setenv("CVATTN_KERAS_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    results, skipped = example["main"](
+        [
+            "--smoke",
+            "--attentions",
+            "lsh,multi_head",
+            "--output",
+            str(out),
+        ]
+    )
+    assert not (tmp_path / "cache").exists()  # a temporary render
+    assert not skipped
+    assert list(results) == ["lsh", "multi_head"]
+    assert all([r["seed"] for r in runs] == [0, 1] for runs in results.values())
+    text = (out / "compare_attention.md").read_text()
+    assert "--smoke --attentions lsh,multi_head --seeds 2" in text
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    names = [row.split(" | ")[0] for row in rows]
+    assert names == ["| `lsh`", "| `multi_head`"]
+    lsh = rows[0].split(" | ")
+    assert lsh[1] == "num_buckets=4, num_hashes=2, chunk_length=16"
+    # The paired difference against multi_head, seed by seed, and its 95%
+    # t interval (1 degree of freedom: 12.706), from the runs' numbers.
+    for column, key in ((4, "ap"), (6, "held_out_programs_ap")):
+        d = np.array(
+            [
+                a[key] - b[key]
+                for a, b in zip(results["lsh"], results["multi_head"])
+            ]
+        )
+        half = 12.7062047 * d.std(ddof=1) / np.sqrt(2)
+        want = f"{d.mean():+.3f} [{d.mean() - half:+.3f}, "
+        want += f"{d.mean() + half:+.3f}]"
+        assert lsh[column] == want
+        assert rows[1].split(" | ")[column] == "—"
+    assert re.fullmatch(r"\d\.\d{3} \+- \d\.\d{3}", lsh[3])
+    record = json.loads((out / "runs.json").read_text())
+    assert record["seeds_done"] == 2 and len(record["runs"]) == 4
+    assert record["attentions"]["lsh"]["attention"] == "lsh"
