@@ -430,6 +430,26 @@ def test_symbolic_shapes_and_unknown_lengths(rng):
     )
 
 
+@pytest.mark.tensorflow_only
+def test_lengths_known_only_when_the_graph_runs(rng):
+    """A tf.function traced with unknown batch and length (the padding to
+    whole blocks computed at run time) gives the eager outputs."""
+    import tensorflow as tf
+
+    layer = _layer(num_hashes=2, chunk_length=4)
+    spec = tf.TensorSpec((None, None, 6), "float32")
+    fn = tf.function(
+        lambda x: layer(x, x, use_causal_mask=True), input_signature=[spec]
+    )
+    for shape in ((2, 11, 3), (1, 3, 3)):
+        x = _stacked(_random(rng, shape)).astype("float32")
+        np.testing.assert_allclose(
+            to_numpy(fn(x)),
+            to_numpy(layer(x, x, use_causal_mask=True)),
+            atol=1e-6,
+        )
+
+
 # ----------------------------------------------------------------------
 # The edges: degenerate input, bad arguments, the cost.
 # ----------------------------------------------------------------------

@@ -68,8 +68,8 @@ class LSHPlan:
         buckets = ops.reshape(buckets, (self.bn, self.length, self.rounds))
         if padding is not None:  # (B|1, T) -> (B|1, 1, T, 1)
             keep = ops.expand_dims(padding, (1, 3))
-            buckets = ops.reshape(
-                buckets, (-1, self.heads, self.length, self.rounds)
+            buckets = cx.reshape(
+                buckets, (self.batch, self.heads, self.length, self.rounds)
             )
             buckets = ops.where(keep, buckets, self.buckets)
             buckets = ops.reshape(buckets, (self.bn, self.length, self.rounds))
@@ -95,6 +95,12 @@ class LSHPlan:
 
     def _pad(self, x, value):
         """`(G, T, ...)` -> `(G, L, ...)`, padded with `value`."""
+        if not isinstance(self.extra, int):  # a length known at run time
+            shape = tuple(ops.shape(x))
+            filler = ops.full(
+                (shape[0], self.extra) + shape[2:], value, dtype=x.dtype
+            )
+            return ops.concatenate([x, filler], axis=1)
         if self.extra == 0:
             return x
         pad = [[0, 0], [0, self.extra]] + [[0, 0]] * (len(x.shape) - 2)
@@ -170,7 +176,8 @@ class LSHPlan:
         shape = ops.shape(q)
         length = check.static_size(q.shape[2])
         self.length = shape[2] if length is None else length
-        self.bn = shape[0] * self.heads
+        self.batch = shape[0]
+        self.bn = self.batch * self.heads
         self.g = self.bn * self.rounds
         chunk = layer.chunk_length
         if length is not None:
@@ -306,7 +313,7 @@ class LSHPlan:
         (weight 1; `sgn(scale |q|)` for APAtt; `1 + i` for RIAtt), padded
         ones to nothing; back to `(B, T, N, 2V)`."""
         output, attended = combined
-        shape = (-1, self.heads, self.length, output.shape[-1])
+        shape = (self.batch, self.heads, self.length, output.shape[-1])
         output = cx.reshape(output, shape)
         alone = ops.logical_not(cx.reshape(attended, shape[:3] + (1,)))
         if padding is not None:
