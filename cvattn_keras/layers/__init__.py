@@ -30,6 +30,7 @@ from cvattn_keras.layers.patches import ComplexPatchUnembedding
 from cvattn_keras.layers.pooling import ComplexAveragePooling2D
 from cvattn_keras.layers.pooling import ComplexMaxPooling2D
 from cvattn_keras.layers.pooling import ComplexUpSampling2D
+from cvattn_keras.layers.sparse import ComplexSparseAttention
 from cvattn_keras.layers.stft import ComplexISTFT
 from cvattn_keras.layers.stft import ComplexSTFT
 from cvattn_keras.layers.transformer import ComplexTransformerDecoder
@@ -64,6 +65,7 @@ __all__ = [
     "ComplexRotaryEmbedding",
     "ComplexSTFT",
     "ComplexScale",
+    "ComplexSparseAttention",
     "ComplexTransformerDecoder",
     "ComplexTransformerEncoder",
     "ComplexUpSampling2D",
