@@ -605,7 +605,10 @@ def test_tflite_float32_and_full_int8(rng, tmp_path):
     assert not [t.name for t in tflite.subgraphs[0].tensors if t.type in floats]
     report = cvk.export.verify_tflite(path, model, [x[:2] for x in data])
     assert report.quantization == "full_int8", report
-    assert report.max_rel_error <= 0.15, report
+    # Measured when written: each layer alone 2-4% of the largest output
+    # (ungated attention alike); the two stacked here 0.1 to 0.18 over
+    # draws of the data: about 2x that.
+    assert report.max_rel_error <= 0.3, report
 
 
 @pytest.mark.slow
@@ -618,4 +621,4 @@ def test_onnx_matches_keras(rng, tmp_path):
     path = cvk.export.export_onnx(model, str(tmp_path / "m.onnx"))
     report = cvk.export.verify_onnx(path, model, _data(rng, 3))
     assert "Sigmoid" in report.ops, report
-    assert report.max_abs_error <= 1e-5, report
+    assert report.max_abs_error <= 1e-5, report  # measured 2e-8
