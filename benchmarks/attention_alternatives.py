@@ -17,7 +17,11 @@ heads, E = 64 complex features (16 per head), softmax `--softmax`
 - `gated`: `ComplexMultiHeadAttention(gated=True)` (`full` with a gate
   of the query's moduli on each head's output);
 - `gau`: `ComplexGatedAttentionUnit(1, 32)` (GAU: one head, `Z` of 32
-  complex features, `e = 2E = 128`; exact attention, as `full`).
+  complex features, `e = 2E = 128`; exact attention, as `full`);
+- `lsh`: `ComplexLSHAttention(num_buckets=64, num_hashes=2,
+  chunk_length=64)` (the Reformer's LSH attention, two hash rounds; the
+  buckets fixed, so that hashing costs O(T), not the O(T^2 / 64) of
+  buckets growing with T).
 
 Each pass (`forward`, `backward`: forward and the gradient of `sum y^2`
 with respect to the weights) is one `tf.function`, XLA-compiled (`--jit
@@ -49,8 +53,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 BATCH, HEADS, FEATURES = 1, 4, 64
-CANDIDATES = ("low_rank", "full", "native", "real2x", "gated", "gau")
+CANDIDATES = ("low_rank", "full", "native", "real2x", "gated", "gau", "lsh")
 GAU_KEY_DIM = 32
+LSH_BUCKETS, LSH_HASHES, LSH_CHUNK = 64, 2, 64
 
 
 def _candidate(name, length, rank, softmax):
@@ -86,6 +91,16 @@ def _candidate(name, length, rank, softmax):
     elif name == "gau":
         layer = cvk.layers.ComplexGatedAttentionUnit(
             1, GAU_KEY_DIM, softmax=softmax
+        )
+    elif name == "lsh":
+        layer = cvk.layers.ComplexLSHAttention(
+            HEADS,
+            head,
+            num_buckets=LSH_BUCKETS,
+            num_hashes=LSH_HASHES,
+            chunk_length=LSH_CHUNK,
+            softmax=softmax,
+            seed=0,
         )
     else:
         layer = cvk.layers.ComplexLowRankAttention(
