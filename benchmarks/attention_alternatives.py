@@ -21,7 +21,10 @@ heads, E = 64 complex features (16 per head), softmax `--softmax`
 - `lsh`: `ComplexLSHAttention(num_buckets=64, num_hashes=2,
   chunk_length=64)` (the Reformer's LSH attention, two hash rounds; the
   buckets fixed, so that hashing costs O(T), not the O(T^2 / 64) of
-  buckets growing with T).
+  buckets growing with T);
+- `sparse`: `ComplexSparseAttention(window=128, global_tokens=16)` (a
+  local window and BigBird's global tokens, no stride: O(T) work; a
+  fixed stride S would add T^2/S).
 
 Each pass (`forward`, `backward`: forward and the gradient of `sum y^2`
 with respect to the weights) is one `tf.function`, XLA-compiled (`--jit
@@ -53,9 +56,19 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 BATCH, HEADS, FEATURES = 1, 4, 64
-CANDIDATES = ("low_rank", "full", "native", "real2x", "gated", "gau", "lsh")
+CANDIDATES = (
+    "low_rank",
+    "full",
+    "native",
+    "real2x",
+    "gated",
+    "gau",
+    "lsh",
+    "sparse",
+)
 GAU_KEY_DIM = 32
 LSH_BUCKETS, LSH_HASHES, LSH_CHUNK = 64, 2, 64
+SPARSE_WINDOW, SPARSE_GLOBAL = 128, 16
 
 
 def _candidate(name, length, rank, softmax):
@@ -101,6 +114,14 @@ def _candidate(name, length, rank, softmax):
             chunk_length=LSH_CHUNK,
             softmax=softmax,
             seed=0,
+        )
+    elif name == "sparse":
+        layer = cvk.layers.ComplexSparseAttention(
+            HEADS,
+            head,
+            window=SPARSE_WINDOW,
+            global_tokens=SPARSE_GLOBAL,
+            softmax=softmax,
         )
     else:
         layer = cvk.layers.ComplexLowRankAttention(
