@@ -153,6 +153,8 @@ def _layer(softmax="real", **kwargs):
     kwargs.setdefault("num_heads", 2)
     kwargs.setdefault("key_dim", 3)
     kwargs.setdefault("num_buckets", 3)
+    kwargs.setdefault("num_hashes", 2)
+    kwargs.setdefault("chunk_length", 3)
     kwargs.setdefault("bias_initializer", "random_normal")
     kwargs.setdefault("seed", 7)
     return ComplexLSHAttention(softmax=softmax, **kwargs)
@@ -174,7 +176,14 @@ def test_one_bucket_is_full_attention(rng, softmax, causal):
     shared-QK attention (own key masked), value_dim and output_dim of
     their own."""
     x, m = _random(rng, (2, 6, 3)), _random(rng, (2, 6, 2))
-    layer = _layer(softmax, num_buckets=1, value_dim=2, output_dim=4)
+    layer = _layer(
+        softmax,
+        num_buckets=1,
+        num_hashes=1,
+        chunk_length=64,
+        value_dim=2,
+        output_dim=4,
+    )
     out = layer(_stacked(x), _stacked(m), use_causal_mask=causal)
     expected = _np_full(layer, x, m, causal)
     np.testing.assert_allclose(cvk.from_stacked(out), expected, atol=ATOL)
@@ -183,12 +192,12 @@ def test_one_bucket_is_full_attention(rng, softmax, causal):
 @pytest.mark.parametrize(
     "softmax, causal, kwargs",
     [
-        ("real", False, dict(num_buckets=3, num_hashes=2, chunk_length=3)),
+        ("real", False, {}),
         ("real", True, dict(num_buckets=4, num_hashes=3, chunk_length=2)),
-        ("abs", False, dict(num_buckets=4, num_hashes=3, chunk_length=2)),
-        ("abs", True, dict(num_buckets=3, num_hashes=2, chunk_length=3)),
-        ("absonly", True, dict(num_buckets=2, num_hashes=2, chunk_length=4)),
-        ("naive", False, dict(num_buckets=3, num_hashes=2, chunk_length=3)),
+        ("abs", False, {}),
+        ("abs", True, {}),
+        ("absonly", True, {}),
+        ("naive", False, {}),
         ("naive", True, dict(num_buckets=5, num_hashes=1, chunk_length=2)),
     ],
 )
@@ -214,10 +223,10 @@ def test_key_padding_forms_agree(rng):
     """value_mask, a (B, 1, S) and a (B, 1, 1, S) attention_mask and a
     Keras mask give the same outputs on real tokens, and trailing padding
     those of the sequence without it."""
-    x = _random(rng, (2, 9, 3))
-    keep = np.ones((2, 9), bool)
+    x = _random(rng, (2, 11, 3))
+    keep = np.ones((2, 11), bool)
     keep[0, 6:] = False
-    layer = _layer("abs", num_hashes=2, chunk_length=2)
+    layer = _layer("abs")
     out = to_numpy(layer(_stacked(x), _stacked(x), value_mask=keep))
     for mask in (keep[:, None], keep[:, None, None]):
         again = layer(_stacked(x), _stacked(x), attention_mask=mask)
@@ -235,9 +244,9 @@ def test_a_common_phase_turns_the_output(rng, softmax):
     """No biases: x -> e^{i phi} x leaves every bucket and weight as it
     was and turns the output by phi; the Reformer's hash of the stacked
     vectors, argmax [xR, -xR], moves buckets under the same turn."""
-    x = _random(rng, (2, 10, 3))
+    x = _random(rng, (2, 11, 3))
     turn = np.exp(0.9j)
-    layer = _layer(softmax, use_bias=False, num_hashes=2, chunk_length=2)
+    layer = _layer(softmax, use_bias=False)
     a = layer(_stacked(x), _stacked(x))
     b = layer(_stacked(turn * x), _stacked(turn * x))
     np.testing.assert_allclose(
@@ -264,7 +273,7 @@ def test_causal_outputs_do_not_see_the_future(rng):
     x = _random(rng, (1, 16, 3))
     y = x.copy()
     y[:, 8:] = _random(rng, (1, 8, 3))
-    layer = _layer(num_buckets=4, num_hashes=2, chunk_length=2)
+    layer = _layer(num_buckets=4, chunk_length=2)
     a = to_numpy(layer(_stacked(x), _stacked(x), use_causal_mask=True))
     b = to_numpy(layer(_stacked(y), _stacked(y), use_causal_mask=True))
     np.testing.assert_allclose(b[:, :8], a[:, :8], atol=1e-6)
@@ -294,7 +303,7 @@ def test_rotations_come_from_the_seed():
     """The rotations are NumPy's draws from `seed` (every backend alike),
     each direction of unit norm, non-trainable; another seed draws
     others."""
-    layer = _layer(num_hashes=2, seed=11)
+    layer = _layer(seed=11)
     layer.build((1, 4, 6), (1, 4, 6))
     draws = np.random.default_rng(11).standard_normal((2, 2, 3, 6))
     draws /= np.linalg.norm(draws, axis=(0, 2), keepdims=True)  # unit lines
@@ -309,7 +318,7 @@ def test_rotations_come_from_the_seed():
         "rotations_real",
         "rotations_imag",
     ]
-    other = _layer(num_hashes=2, seed=12)
+    other = _layer(seed=12)
     other.build((1, 4, 6), (1, 4, 6))
     assert not np.allclose(
         to_numpy(other.rotations_real), to_numpy(layer.rotations_real)
@@ -325,8 +334,6 @@ def test_config_round_trip(rng):
     layer = _layer(
         "naive",
         num_buckets=5,
-        num_hashes=3,
-        chunk_length=4,
         value_dim=4,
         dropout=0.1,
         output_dim=3,
@@ -338,8 +345,9 @@ def test_config_round_trip(rng):
     config = layer.get_config()
     clone = ComplexLSHAttention.from_config(config)
     assert clone.get_config() == config
-    assert (config["num_buckets"], config["num_hashes"]) == (5, 3)
-    x = _stacked(_random(rng, (1, 9, 2)))
+    assert (config["num_buckets"], config["num_hashes"]) == (5, 2)
+    assert config["chunk_length"] == 3
+    x = _stacked(_random(rng, (2, 11, 2)))
     layer(x, x)
     clone(x, x)
     clone.set_weights(layer.get_weights())
@@ -352,9 +360,9 @@ def test_saved_model_loads_with_safe_mode(rng, tmp_path):
     same outputs)."""
     inputs = keras.Input((None, 4))
     x = keras.layers.Masking()(inputs)
-    x = _layer("abs", num_hashes=2, chunk_length=2, seed=None)(x, x)
+    x = _layer("abs", seed=None)(x, x)
     model = keras.Model(inputs, x)
-    data = _stacked(_random(rng, (2, 7, 2))).astype("float32")
+    data = _stacked(_random(rng, (2, 11, 2))).astype("float32")
     data[1, 5:] = 0  # padding
     path = tmp_path / "model.keras"
     model.save(path)
@@ -369,14 +377,12 @@ def test_mixed_float16_scores_in_float32(rng):
     inputs at 300 give scores (at most scale |q|, the keys being unit
     vectors) whose exponentials are far past float16's 65504, and the
     output stays finite and close to the float32 layer's."""
-    x = _stacked(_random(rng, (2, 8, 4), scale=300.0))
-    full = _layer("abs", use_bias=False, num_hashes=2, chunk_length=3)
+    x = _stacked(_random(rng, (2, 11, 4), scale=300.0))
+    full = _layer("abs", use_bias=False)
     expected = to_numpy(full(x, x))
     mixed = _layer(
         "abs",
         use_bias=False,
-        num_hashes=2,
-        chunk_length=3,
         dtype="mixed_float16",
     )
     mixed.build(x.shape, x.shape)
@@ -395,11 +401,9 @@ def test_mixed_float16_scores_in_float32(rng):
 
 @pytest.mark.slow
 def test_xla_equals_eager(rng):
-    x = _stacked(_random(rng, (2, 10, 3)))
-    keep = rng.random((2, 1, 10)) > 0.3
-    layers = [
-        _layer(s, num_hashes=2, chunk_length=3) for s in ("real", "naive")
-    ]
+    x = _stacked(_random(rng, (2, 11, 3)))
+    keep = rng.random((2, 1, 11)) > 0.3
+    layers = [_layer(s) for s in ("real", "naive")]
 
     def run(x, m):
         return [
@@ -417,7 +421,7 @@ def test_xla_equals_eager(rng):
 
 
 def test_symbolic_shapes_and_unknown_lengths(rng):
-    layer = _layer(output_dim=5, chunk_length=2)
+    layer = _layer(output_dim=5)
     assert layer.compute_output_shape((2, 9, 6), (2, 9, 4)) == (2, 9, 10)
     query, memory = keras.Input((None, 6)), keras.Input((None, 4))
     out = layer(query, memory)
@@ -436,7 +440,7 @@ def test_lengths_known_only_when_the_graph_runs(rng):
     whole blocks computed at run time) gives the eager outputs."""
     import tensorflow as tf
 
-    layer = _layer(num_hashes=2, chunk_length=4)
+    layer = _layer()
     spec = tf.TensorSpec((None, None, 6), "float32")
     fn = tf.function(
         lambda x: layer(x, x, use_causal_mask=True), input_signature=[spec]
@@ -459,11 +463,11 @@ def test_lengths_known_only_when_the_graph_runs(rng):
 def test_zeros_and_fully_masked_keys_are_finite(rng, softmax):
     """Zero inputs (no biases: zero queries and keys, every bucket 0) and
     a sample whose keys are all padded: finite outputs and gradients."""
-    x = _stacked(_random(rng, (2, 5, 3))).astype("float32")
+    x = _stacked(_random(rng, (2, 11, 3))).astype("float32")
     x[0] = 0
-    keep = np.ones((2, 1, 5), bool)
+    keep = np.ones((2, 1, 11), bool)
     keep[1] = False
-    layer = _layer(softmax, use_bias=False, num_hashes=2, chunk_length=2)
+    layer = _layer(softmax, use_bias=False)
 
     def loss(x):
         out = layer(x, x, attention_mask=keep, use_causal_mask=True)

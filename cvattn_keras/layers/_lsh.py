@@ -1,7 +1,7 @@
 """The block computation of `ComplexLSHAttention` (`layers/lsh.py`): hash,
 sort by `(bucket, position)`, attend within each bucket's window block by
 block, unsort and combine the rounds. Rank 4 at most throughout, builtin
-TFLite ops only (`TOPK_V2`, `GATHER`, `ARG_MAX`, `BATCH_MATMUL`)."""
+TFLite ops only (`TOPK_V2` on int32 keys, `GATHER`, `BATCH_MATMUL`)."""
 
 import keras
 import numpy as np

@@ -49,8 +49,9 @@ class ComplexLSHAttention(keras.layers.Layer):
         h_r(k) = argmax_j |<k, R_rj>|,   j = 1 .. num_buckets,
 
     the largest modulus of the complex projections of `k` on random
-    complex Gaussian directions `R_rj` (a non-trainable weight,
-    `rotations_real`, `rotations_imag`, drawn from `seed`). A common phase
+    complex directions `R_rj` of unit norm (complex Gaussian draws from
+    `seed`, normalized; non-trainable weights `rotations_real`,
+    `rotations_imag`): the nearest of `n` random lines. A common phase
     turn of the keys multiplies every projection by one unit complex
     number, so the buckets, and CAtt's weights, do not change (the
     Reformer's `argmax [xR, -xR]` of the stacked `[Re | Im]` vector would
