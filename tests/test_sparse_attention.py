@@ -98,12 +98,12 @@ def test_window_covering_the_sequence_is_full_attention(rng, softmax, product):
         np.testing.assert_allclose(to_numpy(out), to_numpy(again), atol=1e-6)
 
 
-@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("softmax", att.SOFTMAX_VARIANTS)
-def test_window_only_is_the_sliding_window_attention(rng, softmax, causal):
+def test_window_only_is_the_sliding_window_attention(rng, softmax):
     """stride=None, global_tokens=0: ComplexMultiHeadAttention(
-    sliding_window=W) with the same weights, output and gradients, under
-    a key padding mask (11 tokens in blocks of 4)."""
+    sliding_window=W) with the same weights under a key padding mask (11
+    tokens in blocks of 4): causal, output and gradients; bidirectional,
+    output."""
     x = _stacked(ref.random_complex(rng, (2, 11, 3))).astype("float32")
     keep = np.ones((2, 11), bool)
     keep[1, 6:] = False
@@ -112,14 +112,18 @@ def test_window_only_is_the_sliding_window_attention(rng, softmax, causal):
     layer(x, x)
     window(x, x)
     window.set_weights(layer.attention.get_weights())
+    out = layer(x, x, value_mask=keep)
+    np.testing.assert_allclose(
+        to_numpy(out), to_numpy(window(x, x, value_mask=keep)), atol=1e-6
+    )
     results = []
     for attention in (layer, window):
 
         def loss(x, attention=attention):
-            out = attention(x, x, value_mask=keep, use_causal_mask=causal)
+            out = attention(x, x, value_mask=keep, use_causal_mask=True)
             return keras.ops.sum(out * out)
 
-        out = attention(x, x, value_mask=keep, use_causal_mask=causal)
+        out = attention(x, x, value_mask=keep, use_causal_mask=True)
         _, (grad,), grads = gradients(loss, [x], attention.trainable_variables)
         results.append((to_numpy(out), grad, grads))
     (out, grad, grads), (want, want_grad, want_grads) = results
@@ -129,25 +133,26 @@ def test_window_only_is_the_sliding_window_attention(rng, softmax, causal):
         np.testing.assert_allclose(got, wanted, atol=1e-5)
 
 
-@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("softmax, product", VARIANTS)
-def test_matches_the_numpy_pattern(rng, softmax, product, causal):
+def test_matches_the_numpy_pattern(rng, softmax, product):
     """Window 2, stride 4, 2 global tokens, 13 tokens in blocks of 4, a
-    key padding mask: NumPy attention under the pattern's dense mask."""
+    key padding mask, bidirectional and causal: NumPy attention under the
+    pattern's dense mask."""
     x = ref.random_complex(rng, (2, 13, 3))
     keep = np.ones((2, 13), bool)
     keep[0, [3, 7]] = False
     keep[1, 10:] = False
     layer = _layer(softmax, product, stride=4, global_tokens=2, block_size=4)
-    out = layer(
-        _stacked(x), _stacked(x), value_mask=keep, use_causal_mask=causal
-    )
-    pattern = _pattern(13, 13, 2, 4, 2, causal)
-    expected = _reference(layer, x, x, mask=pattern[None] & keep[:, None])
-    np.testing.assert_allclose(_out(out), expected, atol=ATOL)
-    # The pattern is not full attention: the test can fail.
-    assert not pattern.all()
-    assert np.abs(_reference(layer, x, x) - expected).max() > 1e-3
+    for causal in (False, True):
+        out = layer(
+            _stacked(x), _stacked(x), value_mask=keep, use_causal_mask=causal
+        )
+        pattern = _pattern(13, 13, 2, 4, 2, causal)
+        expected = _reference(layer, x, x, mask=pattern[None] & keep[:, None])
+        np.testing.assert_allclose(_out(out), expected, atol=ATOL)
+        # The pattern is not full attention: the test can fail.
+        assert not pattern.all()
+        assert np.abs(_reference(layer, x, x) - expected).max() > 1e-3
 
 
 def test_cross_attention_and_attention_mask_forms(rng):
