@@ -35,14 +35,23 @@ adds the peak resident memory of each candidate and pass, one subprocess
 each (`VmHWM` after a reset, the whole process: Python, TensorFlow, XLA),
 as `attention_speed.py --memory` measures it.
 
-Run:  python benchmarks/attention_alternatives.py [--lengths 256,1024,4096,8192]
+The exact candidates (`full`, `native`, `real2x`, `gated`, `gau`) are
+timed up to `--exact-max-length` (16384 by default: at 65536 tokens one
+forward and backward step of exact CAtt takes minutes on a 2-core CPU);
+above it their cells are `-`. After the table: each candidate's growth
+with T, the slope of log(time) against log(T) by least squares over the
+lengths it was timed at (2 is quadratic, 1 linear), and at each length
+how many times faster than `full` each alternative is.
+
+Run:  python benchmarks/attention_alternatives.py
+          [--lengths 1024,4096,16384,65536] [--exact-max-length 16384]
           [--rank 256] [--softmax real] [--passes forward,backward]
           [--repeats 5] [--jit on] [--memory] [--native-limit-gib 4]
           [--json out.json]
 
-On a 2-core CPU: about 5 minutes for the defaults without `--memory`
-(the full attentions at T = 8192 take seconds per step); numbers from a
-machine shared with other work are indicative.
+On a 2-core CPU: about 15 minutes for the defaults without `--memory`
+(the exact attentions at T = 16384 take seconds to tens of seconds per
+step); numbers from a machine shared with other work are indicative.
 """
 
 import argparse
@@ -69,6 +78,8 @@ CANDIDATES = (
 GAU_KEY_DIM = 32
 LSH_BUCKETS, LSH_HASHES, LSH_CHUNK = 64, 2, 64
 SPARSE_WINDOW, SPARSE_GLOBAL = 128, 16
+EXACT = ("full", "native", "real2x", "gated", "gau")
+ALTERNATIVES = ("low_rank", "sparse", "lsh")
 
 
 def _candidate(name, length, rank, softmax):
@@ -148,7 +159,46 @@ def _names(length, args):
     names = list(CANDIDATES)
     if _native_gib(length) > args.native_limit_gib:
         names.remove("native")
+    if length > args.exact_max_length:
+        names = [name for name in names if name not in EXACT]
     return names
+
+
+def _slope(points):
+    """The least-squares slope of log(seconds) against log(T) over
+    `[(T, seconds), ...]` (None for fewer than two lengths)."""
+    import numpy as np
+
+    if len(points) < 2:
+        return None
+    lengths, seconds = np.log(np.array(points, dtype=float)).T
+    return float(np.polyfit(lengths, seconds, 1)[0])
+
+
+def _growth(rows, passes):
+    """`{pass: {candidate: slope}}` over the rows' lengths."""
+    growth = {}
+    for pass_ in passes:
+        growth[pass_] = {}
+        for name in CANDIDATES:
+            points = [
+                (row["length"], row["seconds"][name])
+                for row in rows
+                if row["pass"] == pass_ and name in row["seconds"]
+            ]
+            growth[pass_][name] = _slope(points)
+    return growth
+
+
+def _speedups(row):
+    """How many times faster than `full` each alternative is in `row`
+    (None where `full` was not timed)."""
+    full = row["seconds"].get("full")
+    return {
+        name: (full / row["seconds"][name] if full else None)
+        for name in ALTERNATIVES
+        if name in row["seconds"]
+    }
 
 
 def _time(length, pass_, args):
@@ -225,10 +275,13 @@ def _row_text(row):
         value = row.get("memory", {}).get(name, {})
         return f"{value['peak_mib']:.0f}" if "peak_mib" in value else "-"
 
-    seconds = row["seconds"]
-    speedup = seconds["full"] / seconds["low_rank"]
+    speedups = _speedups(row)
     cells = [str(row["length"]), row["pass"]]
-    cells += [ms(name) for name in CANDIDATES] + [f"{speedup:.2f}"]
+    cells += [ms(name) for name in CANDIDATES]
+    cells += [
+        "-" if speedups.get(name) is None else f"{speedups[name]:.1f}"
+        for name in ALTERNATIVES
+    ]
     if "memory" in row:
         cells += [mib(name) for name in CANDIDATES]
     return "| " + " | ".join(cells) + " |"
@@ -236,7 +289,8 @@ def _row_text(row):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", default="256,1024,4096,8192")
+    parser.add_argument("--lengths", default="1024,4096,16384,65536")
+    parser.add_argument("--exact-max-length", type=int, default=16384)
     parser.add_argument("--rank", type=int, default=256)
     parser.add_argument("--softmax", default="real")
     parser.add_argument("--passes", default="forward,backward")
@@ -255,10 +309,11 @@ def main(argv=None):
     print(
         f"B={BATCH}, heads={HEADS}, E={FEATURES} complex, softmax="
         f"{args.softmax}, rank={args.rank}, jit={args.jit}; ms per step "
-        "(median), full/low_rank = how many times faster low_rank is"
+        "(median), full/X = how many times faster X is than full"
         + ("; peak RSS MiB of a subprocess" if args.memory else "")
     )
-    header = ["T", "pass", *CANDIDATES, "full/low_rank"]
+    header = ["T", "pass", *CANDIDATES]
+    header += [f"full/{name}" for name in ALTERNATIVES]
     if args.memory:
         header += [f"{name} MiB" for name in CANDIDATES]
     print("| " + " | ".join(header) + " |")
@@ -275,6 +330,16 @@ def main(argv=None):
                 }
             rows.append(row)
             print(_row_text(row), flush=True)
+    growth = _growth(rows, passes)
+    print("\nGrowth with T (slope of log time against log T):")
+    print("| pass | " + " | ".join(CANDIDATES) + " |")
+    print("|" + " --- |" * (len(CANDIDATES) + 1))
+    for pass_, slopes in growth.items():
+        cells = [
+            "-" if slopes[name] is None else f"{slopes[name]:.2f}"
+            for name in CANDIDATES
+        ]
+        print(f"| {pass_} | " + " | ".join(cells) + " |")
     if args.json:
         import tensorflow as tf
 
@@ -285,7 +350,8 @@ def main(argv=None):
             machine=platform.platform(),
             cpus=os.cpu_count(),
             tensorflow=tf.__version__,
-            rows=rows,
+            rows=[dict(row, speedups=_speedups(row)) for row in rows],
+            growth=growth,
         )
         with open(args.json, "w") as file:
             json.dump(results, file, indent=2)
