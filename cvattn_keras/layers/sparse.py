@@ -297,9 +297,8 @@ class ComplexSparseAttention(keras.layers.Layer):
     def _pattern(self, length, keys, causal):
         """The `_block_pattern.SparsePattern` of `length` queries and
         `keys` keys."""
-        limit = self.block_size or DEFAULT_MAX_BLOCK
         block = self.block_size or pattern.query_block(
-            self.window, limit, length
+            self.window, DEFAULT_MAX_BLOCK, length
         )
         return pattern.SparsePattern(
             length,
