@@ -41,6 +41,29 @@ def _file_rank(item):
     return len(_LONGEST_FIRST)
 
 
+# The alternatives to full attention: under JAX, whose eager ops compile
+# once per shape (the four files took 500 s there, against 2 minutes on
+# TensorFlow), their tests over the softmax variants run for CAtt and
+# APAtt only. The variants' arithmetic is the library's shared attention,
+# checked variant by variant under JAX in test_attention.py and
+# test_multi_head_attention.py; every variant of these layers runs under
+# TensorFlow and PyTorch.
+_ALTERNATIVES = (
+    "test_low_rank_attention.py",
+    "test_sparse_attention.py",
+    "test_gated_attention.py",
+    "test_lsh_attention.py",
+)
+_JAX_SOFTMAX = ("real", "abs")
+
+
+def _other_variant_under_jax(item):
+    if os.path.basename(str(item.fspath)) not in _ALTERNATIVES:
+        return False
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("softmax", "real") not in _JAX_SOFTMAX
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_file_rank)  # stable: each file's order is kept
     backend = keras.backend.backend()
@@ -49,9 +72,15 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(
         reason=f"tests TensorFlow itself; the backend is {backend}"
     )
+    variant = pytest.mark.skip(
+        reason="under JAX the alternatives to full attention are tested "
+        f"with softmax in {_JAX_SOFTMAX} (see tests/conftest.py)"
+    )
     for item in items:
         if "tensorflow_only" in item.keywords:
             item.add_marker(skip)
+        elif backend == "jax" and _other_variant_under_jax(item):
+            item.add_marker(variant)
 
 
 @pytest.fixture(autouse=True)
