@@ -14,6 +14,8 @@ heads, E = 64 complex features (16 per head), softmax `--softmax`
   scores per head would exceed `--native-limit-gib`;
 - `real2x`: a real `keras.layers.MultiHeadAttention` of twice the width
   (`key_dim` 32 on the 2E = 128 stacked channels: the same FLOPs as CAtt);
+  skipped where its `(T, T)` float32 scores reach `--native-limit-gib`
+  (at T = 16384, 4 GiB: its backward pass asked for 16 GiB);
 - `gated`: `ComplexMultiHeadAttention(gated=True)` (`full` with a gate
   of the query's moduli on each head's output);
 - `gau`: `ComplexGatedAttentionUnit(1, 32)` (GAU: one head, `Z` of 32
@@ -155,10 +157,18 @@ def _native_gib(length):
     return BATCH * HEADS * length * length * 8 / 2**30
 
 
+def _real_gib(length):
+    """`real2x`'s `(B, N, T, T)` float32 scores (Keras' MultiHeadAttention
+    holds them whole, and its gradient several copies), GiB."""
+    return BATCH * HEADS * length * length * 4 / 2**30
+
+
 def _names(length, args):
     names = list(CANDIDATES)
     if _native_gib(length) > args.native_limit_gib:
         names.remove("native")
+    if _real_gib(length) >= args.native_limit_gib:
+        names.remove("real2x")
     if length > args.exact_max_length:
         names = [name for name in names if name not in EXACT]
     return names
