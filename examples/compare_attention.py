@@ -13,8 +13,9 @@ held-out programs), with every encoder's self-attention
 - `low_rank`: `ComplexLowRankAttention(rank=16, max_length=frames)`
   (Linformer: keys and values projected to 16 rows, a quarter of 64);
 - `sparse`: `ComplexSparseAttention(window=8, stride=8,
-  global_tokens=2)` (a local window, every 8th key and 2 global tokens;
-  skipped, with the reason printed, where the layer is not importable);
+  global_tokens=2)` (the 15 frames |t - s| < 8, every 8th key and the
+  first 2 frames as global tokens: at most 25 of 64 keys per query; a row
+  whose layer is not importable is skipped, with the reason printed);
 - `lsh`: `ComplexLSHAttention(num_buckets=4, num_hashes=2,
   chunk_length=16)` (the Reformer's rule: buckets of about the chunk
   length, 64 / 4 = 16 frames);
@@ -39,8 +40,10 @@ difference against the `multi_head` row, seed by seed, with its 95% t
 interval (`_variants_report.paired`). The test works are fixed: the
 intervals cover the variation across seeds, not across works.
 
-On a shared 2-core CPU a run of the SMALL model takes about 50 s
-(30-40 minutes for the default 6 rows x 5 seeds).
+On a shared 2-core CPU (other jobs running) a run of the SMALL model
+took 55 to 110 s: 25 runs (5 rows x 5 seeds) 30 minutes, so the default
+6 rows x 5 seeds about 40 minutes (docs/attention-alternatives.md,
+"Accuracy in place of CAtt", has the table).
 
 Run:  python examples/compare_attention.py [--attentions multi_head,lsh]
           [--seeds 5] [--epochs 10] [--frames 64] [--train-minutes 15]
