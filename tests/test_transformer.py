@@ -406,15 +406,23 @@ def test_another_attention_layer_in_the_encoder(rng, tmp_path):
 
 def test_multi_head_options_and_the_default_are_the_same_layer(rng):
     """`attention_options` for the default layer reach it (here the one
-    it has already: `softmax`), and leave the weights those of the
-    default block."""
+    it has already: `softmax`); the block has the default block's weights
+    (the same names and shapes, in the same order) and, given them, its
+    outputs."""
     x = cvk.to_stacked(ref.random_complex(rng, (2, 5, 4)))
-    plain = ComplexTransformerEncoder(2, seed=1)
-    with_options = ComplexTransformerEncoder(
-        2, seed=1, softmax="abs", attention_options={"softmax": "real"}
+    plain = ComplexTransformerEncoder(2)
+    layer = ComplexTransformerEncoder(
+        2, softmax="abs", attention_options={"softmax": "real"}
     )
-    assert with_options.get_config()["attention_options"] == {"softmax": "real"}
-    np.testing.assert_array_equal(to_numpy(plain(x)), to_numpy(with_options(x)))
+    want = to_numpy(plain(x))
+    layer.build(x.shape)
+    assert [w.path.split("/", 1)[1] for w in layer.weights] == [
+        w.path.split("/", 1)[1] for w in plain.weights
+    ]
+    layer.set_weights(plain.get_weights())
+    assert layer.self_attention.softmax == "real"
+    assert layer.get_config()["attention_options"] == {"softmax": "real"}
+    np.testing.assert_array_equal(to_numpy(layer(x)), want)
 
 
 @pytest.mark.parametrize(
