@@ -18,6 +18,7 @@ from cvattn_keras import complex as cx
 from cvattn_keras import initializers as cinit
 from cvattn_keras._attention_args import all_of
 from cvattn_keras.layers._attention_masks import mask_shape as _mask_shape
+from cvattn_keras.layers._attention_wrapper import AttentionWrapper
 from cvattn_keras.layers._weights import resolve_option
 from cvattn_keras.layers.attention import ComplexMultiHeadAttention
 
@@ -47,7 +48,7 @@ _ATTENTION_ARGS = (
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
-class ComplexLowRankAttention(keras.layers.Layer):
+class ComplexLowRankAttention(AttentionWrapper):
     """Complex low-rank (Linformer) attention on stacked tensors.
 
     Linformer's attention (Wang et al., 2020) for complex numbers: the
@@ -263,34 +264,7 @@ class ComplexLowRankAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="attention",
         )
-        for name in ("num_heads", "key_dim", "value_dim", "softmax"):
-            setattr(self, name, getattr(self.attention, name))
-        for name in ("product", "dropout", "use_bias", "output_dim"):
-            setattr(self, name, getattr(self.attention, name))
-        self.scale = self.attention.scale
-        self.seed = self.attention.seed
-        self.complex_matmul = self.attention.complex_matmul
-
-    # The projections onto and from the heads, the sublayer's.
-    @property
-    def query_dense(self):
-        """The query projection (`ComplexDense`), once built."""
-        return self.attention.query_dense
-
-    @property
-    def key_dense(self):
-        """The key projection (`ComplexDense`), after `E`."""
-        return self.attention.key_dense
-
-    @property
-    def value_dense(self):
-        """The value projection (`ComplexDense`), after `F`."""
-        return self.attention.value_dense
-
-    @property
-    def output_dense(self):
-        """The output projection (`ComplexDense`)."""
-        return self.attention.output_dense
+        self._mirror_attention()
 
     # ------------------------------------------------------------------
     # Shapes and masks.

@@ -21,6 +21,7 @@ from cvattn_keras import attention as core
 from cvattn_keras import complex as cx
 from cvattn_keras._attention_args import all_of
 from cvattn_keras.layers._attention_masks import mask_shape as _mask_shape
+from cvattn_keras.layers._attention_wrapper import AttentionWrapper
 from cvattn_keras.layers.attention import ComplexMultiHeadAttention
 
 __all__ = ["ComplexSparseAttention"]
@@ -53,7 +54,7 @@ _ATTENTION_ARGS = (
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
-class ComplexSparseAttention(keras.layers.Layer):
+class ComplexSparseAttention(AttentionWrapper):
     """Complex sparse attention (Sparse Transformer, BigBird) on stacked
     tensors.
 
@@ -261,34 +262,7 @@ class ComplexSparseAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="attention",
         )
-        for name in ("num_heads", "key_dim", "value_dim", "softmax"):
-            setattr(self, name, getattr(self.attention, name))
-        for name in ("product", "dropout", "use_bias", "output_dim"):
-            setattr(self, name, getattr(self.attention, name))
-        self.scale = self.attention.scale
-        self.seed = self.attention.seed
-        self.complex_matmul = self.attention.complex_matmul
-
-    # The projections onto and from the heads, the sublayer's.
-    @property
-    def query_dense(self):
-        """The query projection (`ComplexDense`), once built."""
-        return self.attention.query_dense
-
-    @property
-    def key_dense(self):
-        """The key projection (`ComplexDense`)."""
-        return self.attention.key_dense
-
-    @property
-    def value_dense(self):
-        """The value projection (`ComplexDense`)."""
-        return self.attention.value_dense
-
-    @property
-    def output_dense(self):
-        """The output projection (`ComplexDense`)."""
-        return self.attention.output_dense
+        self._mirror_attention()
 
     # ------------------------------------------------------------------
     # The pattern's layout.
