@@ -637,6 +637,14 @@ def test_chunk_for_and_the_auto_rule():
     # wide enough, but no more keys than one block
     assert att.chunk_for("auto", att.AUTO_CHUNK_SIZE, 10**9) is None
     assert att.chunk_for(None, 10**6) is None
+    # a sliding window W: blocks once T and S - W exceed one block
+    block = att.AUTO_CHUNK_SIZE
+    assert att.chunk_for("auto", 2 * block, 2 * block, block - 1) == block
+    assert att.chunk_for("auto", 2 * block, 2 * block, block) is None
+    assert att.chunk_for("auto", 2 * block, block, 8) is None  # short T
+    assert att.chunk_for("auto", 2 * block, None, 8) == block  # T as S
+    assert att.chunk_for("auto", block, block, 1) is None
+    assert att.chunk_for("auto", side, side, side) == block  # wide anyway
     assert att.chunk_for(4, 5) == 4 and att.chunk_for(4, 4) is None
     assert att.resolve_chunk_size("auto") == "auto"
     for bad in ("AUTO", "fast", 0, -1, 2.5, True):
@@ -674,6 +682,34 @@ def test_layer_default_chunks_wide_scores_automatically(rng, monkeypatch):
     assert calls == [(4, False), (4, True)]
     auto(x[:, :1], x)  # 1 x 16 < 8 x 16: the full path
     assert len(calls) == 2
+
+
+def test_layer_default_chunks_a_sliding_window_early(rng, monkeypatch):
+    """With a sliding window the default chunk_size="auto" takes the
+    windowed blocks once T and S - W exceed one block, far below the
+    rule's T * S (left at its value here): blocks of 4 for 16 tokens and
+    a window of 3 (causal or not) equal the full path; a window of 12
+    (16 - 12 = 4, not above a block) stays on the full path."""
+    monkeypatch.setattr(att, "AUTO_CHUNK_SIZE", 4)
+    calls = _record_chunked_calls(monkeypatch, "chunk_size", "sliding_window")
+    x = cvk.to_stacked(ref.random_complex(rng, (1, 16, 4))).astype("float32")
+    for window, expected in ((3, [(4, 3), (4, 3)]), (12, [])):
+        auto = cvk.layers.ComplexMultiHeadAttention(2, 2, sliding_window=window)
+        full = cvk.layers.ComplexMultiHeadAttention(
+            2, 2, sliding_window=window, chunk_size=None
+        )
+        full(x, x)
+        auto(x, x)
+        auto.set_weights(full.get_weights())
+        calls.clear()
+        for causal in (False, True):
+            _close(
+                to_numpy(auto(x, x, use_causal_mask=causal)),
+                to_numpy(full(x, x, use_causal_mask=causal)),
+                RTOL,
+                f"window {window}, causal={causal}",
+            )
+        assert calls == expected, (window, calls)
 
 
 def test_overrides_of_compute_attention_keep_their_causal_mask(rng):

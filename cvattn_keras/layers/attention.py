@@ -95,7 +95,8 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
             Defaults to `None` (no rotation).
         chunk_size: `"auto"` (default), `None` or a positive int: attend
             to keys longer than `chunk_size` in blocks of `chunk_size`
-            (`"auto"`: in blocks of 512 once T * S reaches 4096 squared, see
+            (`"auto"`: in blocks of 512 once T * S reaches 4096 squared,
+            or with a `sliding_window` W once T and S - W exceed 512, see
             `cvattn_keras.attention.chunk_for`; `None`: never), with an
             online softmax and a recomputing gradient
             (`cvattn_keras.chunked_attention`), so that neither the forward
@@ -744,7 +745,9 @@ class ComplexMultiHeadAttention(keras.layers.Layer):
         in_core = bool(
             (use_causal_mask or window is not None)
             and cache is None
-            and core.chunk_for(self.chunk_size, value.shape[1], query.shape[1])
+            and core.chunk_for(
+                self.chunk_size, value.shape[1], query.shape[1], window
+            )
             is not None
             and self._takes_is_causal()
         )
