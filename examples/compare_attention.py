@@ -45,10 +45,15 @@ took 55 to 110 s: 25 runs (5 rows x 5 seeds) 30 minutes, so the default
 6 rows x 5 seeds about 40 minutes (docs/attention-alternatives.md,
 "Accuracy in place of CAtt", has the table).
 
+`--task radio` runs the same rows in the radio example's complex model
+instead (modulation recognition, accuracy over SNR): see
+`_attention_radio.py`, its options and its recipe.
+
 Run:  python examples/compare_attention.py [--attentions multi_head,lsh]
           [--seeds 5] [--epochs 10] [--frames 64] [--train-minutes 15]
           [--test-minutes 5] [--cache-dir DIR]
           [--output examples/output/compare_attention] [--smoke]
+      python examples/compare_attention.py --task radio [--smoke] [...]
 """
 
 import argparse
@@ -95,6 +100,8 @@ ATTENTIONS = ("multi_head", "low_rank", "sparse", "lsh", "gated", "gated_unit")
 REFERENCE = "multi_head"
 """The row the paired differences are taken against (CAtt)."""
 
+TASKS = ("music", "radio")
+
 DEFAULT_OUTPUT = os.path.join("examples", "output", "compare_attention")
 
 # The held-out scores of the table: the test works, then the held-out
@@ -136,8 +143,24 @@ def unavailable(attention, options):
     return None
 
 
+def split_task(argv=None):
+    """`(task, the other arguments)`: `--task music` (default) or
+    `radio`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--task", choices=TASKS, default=TASKS[0])
+    known, rest = parser.parse_known_args(argv)
+    return known.task, rest
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default=TASKS[0],
+        help="music (default): these options; radio: the radio example's "
+        "complex model (`--task radio --help` for its options)",
+    )
     parser.add_argument(
         "--attentions",
         type=arguments.names(ATTENTIONS),
@@ -408,6 +431,11 @@ def write_outputs(rows, skipped, args, windows, transform, size, begin):
 
 
 def main(argv=None):
+    task, argv = split_task(argv)
+    if task == "radio":
+        import _attention_radio
+
+        return _attention_radio.main(argv)
     args = parse_args(argv)
     transform = stft()
     size = TINY if args.smoke else SMALL

@@ -110,7 +110,9 @@ def _last_token(x):
     return x[:, -1, :]
 
 
-def complex_model(tokens, classes, width=32, heads=4, windows=(8, 9)):
+def complex_model(
+    tokens, classes, width=32, heads=4, windows=(8, 9), encoders=None
+):
     """`(per_token, model)`: the per-token model `(B, None, 2 TOKEN) ->
     (B, None, classes)` (what streams) and the frame classifier `(B,
     tokens, 2 TOKEN) -> (B, classes)` sharing its layers.
@@ -120,18 +122,32 @@ def complex_model(tokens, classes, width=32, heads=4, windows=(8, 9)):
     `sum(windows) - len(windows) + 1` tokens (16 with the default 8 and
     9: exactly a frame), so the stream's decision at every token is the
     frame classifier's on the last 16 tokens, which it was trained on.
+
+    `encoders`: `None`, or per encoder `(arguments, causal)`: its
+    `ComplexTransformerEncoder` arguments in place of the window and the
+    rotary positions (`attention=`, `attention_options=`: the
+    alternatives of examples/_attention_radio.py) and whether it is
+    called causal; the per-token model then takes `tokens` tokens only.
     """
     layers = cvk.layers
-    inputs = keras.Input((None, 2 * TOKEN), name="iq")
+    if encoders is None:
+        rotary = ROTARY_WAVELENGTH  # causal: implied by the window
+        encoders = [
+            (dict(sliding_window=w, rotary_max_wavelength=rotary), False)
+            for w in windows
+        ]
+        tokens_in = None
+    else:
+        tokens_in = tokens  # the sparse and LSH layers need it traced
+    inputs = keras.Input((tokens_in, 2 * TOKEN), name="iq")
     x = layers.ComplexDense(width, name="embed")(inputs)
-    for i, window in enumerate(windows):
+    for i, (options, causal) in enumerate(encoders):
         x = layers.ComplexTransformerEncoder(
             num_heads=heads,
             intermediate_dim=2 * width,
-            sliding_window=window,
-            rotary_max_wavelength=ROTARY_WAVELENGTH,
             name=f"encoder_{i}",
-        )(x)
+            **options,
+        )(x, use_causal_mask=causal)
     x = keras.layers.Dense(2 * width, activation="relu", name="head")(x)
     logits = keras.layers.Dense(classes, name="classes")(x)
     per_token = keras.Model(inputs, logits, name="complex_per_token")
@@ -212,6 +228,7 @@ def train(model, x, y, validation, args, seed):
         keras.optimizers.Adam(schedule),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
+        run_eagerly=getattr(args, "run_eagerly", False),  # smoke tests
     )
     start = time.perf_counter()
     model.fit(

@@ -84,3 +84,88 @@ def test_smoke_pairs_against_catt(example, tmp_path, monkeypatch):
     record = json.loads((out / "runs.json").read_text())
     assert record["seeds_done"] == 2 and len(record["runs"]) == 4
     assert record["attentions"]["lsh"]["attention"] == "lsh"
+
+
+@pytest.fixture(scope="module")
+def radio_rows(example):
+    """examples/_attention_radio.py (`--task radio`), imported the way
+    compare_attention.py imports it (its folder is on the path)."""
+    import importlib
+
+    return importlib.import_module("_attention_radio")
+
+
+def test_radio_rows_take_their_options(radio_rows):
+    """Every radio row builds per-encoder arguments its layer takes; the
+    reference is radio.py's model as it is (no arguments)."""
+    assert radio_rows.row_encoders("multi_head", 16) is None
+    for name in radio_rows.ATTENTIONS + radio_rows.CONTROLS:
+        encoders = radio_rows.row_encoders(name, 16)
+        assert radio_rows.check_row(encoders) is None, name
+    control = radio_rows.row_encoders("multi_head_no_positions", 16)
+    assert control == [({}, True), ({}, True)]  # CAtt, causal, no window
+    sparse = radio_rows.row_encoders("sparse", 16)
+    assert [o["attention_options"]["window"] for o, _ in sparse] == [8, 9]
+    assert radio_rows.describe("sparse", sparse) == (
+        "window=8/9, stride=4, global_tokens=1 (causal)"
+    )
+    low_rank = radio_rows.row_encoders("low_rank", 16)
+    assert radio_rows.describe("low_rank", low_rank) == (
+        "rank=4, max_length=16 (not causal)"
+    )
+
+
+@pytest.mark.slow
+def test_radio_smoke_pairs_against_catt(example, tmp_path):
+    """`--task radio --smoke`: two rows, two seeds of radio.py's complex
+    model on a few frames (eager, no compilation): the table's paired
+    columns are the runs' own differences with their 95% t intervals."""
+    out = tmp_path / "out"
+    results, skipped = example["main"](
+        [
+            "--task",
+            "radio",
+            "--smoke",
+            "--attentions",
+            "sparse,multi_head",
+            "--output",
+            str(out),
+        ]
+    )
+    assert not skipped
+    assert list(results) == ["sparse", "multi_head"]
+    assert all([r["seed"] for r in runs] == [0, 1] for runs in results.values())
+    text = (out / "compare_attention.md").read_text()
+    assert "--task radio --smoke --attentions sparse,multi_head --seeds 2" in (
+        text
+    )
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| `sparse`",
+        "| `multi_head`",
+    ]
+    sparse = rows[0].split(" | ")
+    assert sparse[1] == "window=8/9, stride=4, global_tokens=1 (causal)"
+    # 1 degree of freedom: t = 12.706.
+    for column, key in ((4, "mean"), (6, "high")):
+        d = np.array(
+            [
+                a[key] - b[key]
+                for a, b in zip(results["sparse"], results["multi_head"])
+            ]
+        )
+        half = 12.7062047 * d.std(ddof=1) / np.sqrt(2)
+        want = f"{d.mean():+.3f} [{d.mean() - half:+.3f}, "
+        want += f"{d.mean() + half:+.3f}]"
+        assert sparse[column] == want
+        assert rows[1].split(" | ")[column] == "—"
+        values = [r[key] for r in results["sparse"]]
+        mean, std = np.mean(values), np.std(values, ddof=1)
+        assert sparse[column - 1] == f"{mean:.3f} +- {std:.3f}"
+    assert "| +18 |" in text  # the accuracy per SNR
+    record = json.loads((out / "runs.json").read_text())
+    assert record["task"] == "radio" and record["seeds_done"] == 2
+    assert len(record["runs"]) == 4
+    encoders = record["attentions"]["sparse"]["encoders"]
+    assert [e[0]["attention"] for e in encoders] == ["sparse", "sparse"]
+    assert record["attentions"]["multi_head"]["encoders"] is None
