@@ -49,7 +49,7 @@ Run:  python benchmarks/attention_alternatives.py
           [--lengths 1024,4096,16384,65536] [--exact-max-length 16384]
           [--rank 256] [--softmax real] [--passes forward,backward]
           [--repeats 5] [--jit on] [--memory] [--native-limit-gib 4]
-          [--json out.json]
+          [--candidates low_rank,full,sparse,lsh] [--json out.json]
 
 On a 2-core CPU: about 15 minutes for the defaults without `--memory`
 (the exact attentions at T = 16384 take seconds to tens of seconds per
@@ -164,11 +164,11 @@ def _real_gib(length):
 
 
 def _names(length, args):
-    names = list(CANDIDATES)
+    names = [name for name in CANDIDATES if name in args.candidates]
     if _native_gib(length) > args.native_limit_gib:
-        names.remove("native")
+        names = [name for name in names if name != "native"]
     if _real_gib(length) >= args.native_limit_gib:
-        names.remove("real2x")
+        names = [name for name in names if name != "real2x"]
     if length > args.exact_max_length:
         names = [name for name in names if name not in EXACT]
     return names
@@ -309,11 +309,20 @@ def main(argv=None):
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--native-limit-gib", type=float, default=4.0)
     parser.add_argument("--json", default=None, help="write results here")
+    parser.add_argument(
+        "--candidates",
+        default=",".join(CANDIDATES),
+        help="comma-separated subset of " + ",".join(CANDIDATES),
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _child(json.loads(args.child))
         return None
+    args.candidates = args.candidates.split(",")
+    unknown = sorted(set(args.candidates) - set(CANDIDATES))
+    if unknown:
+        parser.error(f"--candidates: unknown {unknown}; from {CANDIDATES}")
     lengths = [int(x) for x in args.lengths.split(",")]
     passes = args.passes.split(",")
     print(
