@@ -26,7 +26,9 @@ heads, E = 64 complex features (16 per head), softmax `--softmax`
   buckets growing with T);
 - `sparse`: `ComplexSparseAttention(window=128, global_tokens=16)` (a
   local window and BigBird's global tokens, no stride: O(T) work; a
-  fixed stride S would add T^2/S).
+  fixed stride S would add T^2/S);
+- `sparse_strided`: the same with `stride = sqrt(T)` (the Sparse
+  Transformer's: O(T sqrt(T)) work).
 
 Each pass (`forward`, `backward`: forward and the gradient of `sum y^2`
 with respect to the weights) is one `tf.function`, XLA-compiled (`--jit
@@ -76,12 +78,13 @@ CANDIDATES = (
     "gau",
     "lsh",
     "sparse",
+    "sparse_strided",
 )
 GAU_KEY_DIM = 32
 LSH_BUCKETS, LSH_HASHES, LSH_CHUNK = 64, 2, 64
 SPARSE_WINDOW, SPARSE_GLOBAL = 128, 16
 EXACT = ("full", "native", "real2x", "gated", "gau")
-ALTERNATIVES = ("low_rank", "sparse", "lsh")
+ALTERNATIVES = ("low_rank", "sparse", "lsh", "sparse_strided")
 
 
 def _candidate(name, length, rank, softmax):
@@ -128,11 +131,15 @@ def _candidate(name, length, rank, softmax):
             softmax=softmax,
             seed=0,
         )
-    elif name == "sparse":
+    elif name in ("sparse", "sparse_strided"):
+        # sparse_strided: also every S-th key, S = sqrt(T) (the Sparse
+        # Transformer's choice: O(T sqrt(T)) work).
+        stride = int(round(length**0.5)) if name == "sparse_strided" else None
         layer = cvk.layers.ComplexSparseAttention(
             HEADS,
             head,
             window=SPARSE_WINDOW,
+            stride=stride,
             global_tokens=SPARSE_GLOBAL,
             softmax=softmax,
         )
