@@ -228,7 +228,7 @@ def train(model, x, y, validation, args, seed):
         keras.optimizers.Adam(schedule),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
-        run_eagerly=getattr(args, "run_eagerly", False),  # smoke tests
+        run_eagerly=getattr(args, "run_eagerly", False),  # smoke runs
     )
     start = time.perf_counter()
     model.fit(
@@ -565,6 +565,9 @@ def parse(argv):
     )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
+    # A smoke run trains eagerly: the whole run took 208 s with the three
+    # models' XLA compiles, 117 s without (a loaded 2-core CPU).
+    args.run_eagerly = args.smoke
     if args.smoke:
         args.seeds, args.epochs = 1, 1
         args.train_per_cell, args.test_per_cell = 2, 2
