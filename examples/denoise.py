@@ -162,7 +162,10 @@ def train(model, data, args):
     model.compile(
         optimizer=keras.optimizers.Adam(schedule, clipnorm=1.0),
         loss=cvk.models.SpeechEnhancementLoss(),
-        jit_compile=True,
+        # --smoke: eagerly, where the XLA compiles of a few batches' steps
+        # would take most of the run.
+        jit_compile=not args.smoke,
+        run_eagerly=args.smoke,
     )
     start = time.perf_counter()
     model.fit(
