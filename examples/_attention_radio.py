@@ -94,14 +94,11 @@ import _arguments as arguments
 import keras
 import numpy as np
 import radio
-from _variants_report import _interval
 from _variants_report import mean_std
-from _variants_report import paired
 from compare_attention import ATTENTIONS
 from compare_attention import REFERENCE
+from compare_attention import _difference
 from compare_attention import unavailable
-
-import cvattn_keras as cvk
 
 DEFAULT_OUTPUT = os.path.join("examples", "output", "compare_attention_radio")
 
@@ -273,24 +270,6 @@ def command(args):
     return shlex.join(words)
 
 
-def _difference(runs, reference, key, name):
-    """The paired difference of `key` against the reference over the
-    seeds both have, with its 95% t interval ("—" for the reference)."""
-    if reference is None or name == REFERENCE:
-        return "—"
-    ours = {r["seed"]: r for r in runs}
-    theirs = {r["seed"]: r for r in reference}
-    seeds = sorted(set(ours) & set(theirs))
-    if not seeds:
-        return "—"
-    text = _interval(
-        *paired([ours[s] for s in seeds], [theirs[s] for s in seeds], key)
-    )
-    if len(seeds) < len(ours):
-        text += f" ({len(seeds)} seeds)"
-    return text
-
-
 def table(rows, skipped, args, counts, seeds_done):
     """The markdown of the runs so far: the summary table, then the
     accuracy per SNR."""
@@ -404,15 +383,10 @@ def write_outputs(rows, skipped, args, counts, begin):
 def main(argv=None):
     args = parse_args(argv)
     begin = time.perf_counter()
-    data = {
-        split: cvk.datasets.radio_modulation(
-            split, frames_per_class_and_snr=count, seed=args.data_seed
-        )
-        for split, count in (
-            ("train", args.train_per_cell),
-            ("test", args.test_per_cell),
-        )
-    }
+    data = radio.load(
+        dict(train=args.train_per_cell, test=args.test_per_cell),
+        args.data_seed,
+    )
     classes = len(data["train"].classes)
     tokens = data["train"].iq.shape[1] // radio.TOKEN
     x_train, x_test = (radio.inputs_of("complex", d) for d in data.values())

@@ -575,20 +575,29 @@ def parse(argv):
     return args
 
 
+def load(counts, seed):
+    """`{split: radio_modulation(split, ...)}` for `counts`, `{split:
+    frames per class and SNR}`, of the data draw `seed`."""
+    return {
+        split: cvk.datasets.radio_modulation(
+            split, frames_per_class_and_snr=count, seed=seed
+        )
+        for split, count in counts.items()
+    }
+
+
 def main(argv=None):
     args = parse(argv)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
-    data = {
-        split: cvk.datasets.radio_modulation(
-            split, frames_per_class_and_snr=count, seed=args.data_seed
-        )
-        for split, count in (
-            ("train", args.train_per_cell),
-            ("validation", max(1, args.train_per_cell // 5)),
-            ("test", args.test_per_cell),
-        )
-    }
+    data = load(
+        dict(
+            train=args.train_per_cell,
+            validation=max(1, args.train_per_cell // 5),
+            test=args.test_per_cell,
+        ),
+        args.data_seed,
+    )
     train_set, validation_set, test_set = (
         data["train"],
         data["validation"],
