@@ -652,6 +652,18 @@ def test_chunk_for_and_the_auto_rule():
             att.resolve_chunk_size(bad)
 
 
+def _auto_and_full(x, **kwargs):
+    """Two `ComplexMultiHeadAttention(2, 2, **kwargs)` with equal weights,
+    built on `x`: the default `chunk_size="auto"` and `chunk_size=None`
+    (the full path)."""
+    auto = cvk.layers.ComplexMultiHeadAttention(2, 2, **kwargs)
+    full = cvk.layers.ComplexMultiHeadAttention(2, 2, chunk_size=None, **kwargs)
+    full(x, x)
+    auto(x, x)
+    auto.set_weights(full.get_weights())
+    return auto, full
+
+
 def test_layer_default_chunks_wide_scores_automatically(rng, monkeypatch):
     """The layer's default chunk_size="auto", with the rule's constants
     made small: 8 queries x 16 keys take the chunked path in blocks of
@@ -662,15 +674,9 @@ def test_layer_default_chunks_wide_scores_automatically(rng, monkeypatch):
     monkeypatch.setattr(att, "AUTO_CHUNK_SIZE", 4)
     calls = _record_chunked_calls(monkeypatch, "chunk_size", "is_causal")
     x = cvk.to_stacked(ref.random_complex(rng, (1, 16, 4))).astype("float32")
-    auto = cvk.layers.ComplexMultiHeadAttention(2, 2, softmax="abs")
+    auto, full = _auto_and_full(x, softmax="abs")
     assert auto.chunk_size == "auto"
     assert auto.get_config()["chunk_size"] == "auto"
-    full = cvk.layers.ComplexMultiHeadAttention(
-        2, 2, softmax="abs", chunk_size=None
-    )
-    full(x, x)
-    auto(x, x)
-    auto.set_weights(full.get_weights())
     calls.clear()
     for causal in (False, True):
         _close(
@@ -694,13 +700,7 @@ def test_layer_default_chunks_a_sliding_window_early(rng, monkeypatch):
     calls = _record_chunked_calls(monkeypatch, "chunk_size", "sliding_window")
     x = cvk.to_stacked(ref.random_complex(rng, (1, 16, 4))).astype("float32")
     for window, expected in ((3, [(4, 3), (4, 3)]), (12, [])):
-        auto = cvk.layers.ComplexMultiHeadAttention(2, 2, sliding_window=window)
-        full = cvk.layers.ComplexMultiHeadAttention(
-            2, 2, sliding_window=window, chunk_size=None
-        )
-        full(x, x)
-        auto(x, x)
-        auto.set_weights(full.get_weights())
+        auto, full = _auto_and_full(x, sliding_window=window)
         calls.clear()
         for causal in (False, True):
             _close(

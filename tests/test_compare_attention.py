@@ -28,6 +28,15 @@ def example():
     return runpy.run_path(os.path.join(EXAMPLES, "compare_attention.py"))
 
 
+def _paired_two_seeds(ours, theirs, key):
+    """The table's cell for two seeds, computed here: the mean of the
+    seed-by-seed differences of `key` and its 95% t interval (1 degree
+    of freedom: t = 12.706)."""
+    d = np.array([a[key] - b[key] for a, b in zip(ours, theirs)])
+    half = 12.7062047 * d.std(ddof=1) / np.sqrt(2)
+    return f"{d.mean():+.3f} [{d.mean() - half:+.3f}, {d.mean() + half:+.3f}]"
+
+
 def test_every_row_takes_its_options(example):
     """Each row's options are arguments of its layer's constructor (a
     renamed argument would make the row fail after minutes of training);
@@ -67,17 +76,9 @@ def test_smoke_pairs_against_catt(example, tmp_path, monkeypatch):
     lsh = rows[0].split(" | ")
     assert lsh[1] == "num_buckets=4, num_hashes=2, chunk_length=16"
     # The paired difference against multi_head, seed by seed, and its 95%
-    # t interval (1 degree of freedom: 12.706), from the runs' numbers.
+    # t interval, from the runs' numbers.
     for column, key in ((4, "ap"), (6, "held_out_programs_ap")):
-        d = np.array(
-            [
-                a[key] - b[key]
-                for a, b in zip(results["lsh"], results["multi_head"])
-            ]
-        )
-        half = 12.7062047 * d.std(ddof=1) / np.sqrt(2)
-        want = f"{d.mean():+.3f} [{d.mean() - half:+.3f}, "
-        want += f"{d.mean() + half:+.3f}]"
+        want = _paired_two_seeds(results["lsh"], results["multi_head"], key)
         assert lsh[column] == want
         assert rows[1].split(" | ")[column] == "—"
     assert re.fullmatch(r"\d\.\d{3} \+- \d\.\d{3}", lsh[3])
@@ -146,17 +147,8 @@ def test_radio_smoke_pairs_against_catt(example, tmp_path):
     ]
     sparse = rows[0].split(" | ")
     assert sparse[1] == "window=8/9, stride=4, global_tokens=1 (causal)"
-    # 1 degree of freedom: t = 12.706.
     for column, key in ((4, "mean"), (6, "high")):
-        d = np.array(
-            [
-                a[key] - b[key]
-                for a, b in zip(results["sparse"], results["multi_head"])
-            ]
-        )
-        half = 12.7062047 * d.std(ddof=1) / np.sqrt(2)
-        want = f"{d.mean():+.3f} [{d.mean() - half:+.3f}, "
-        want += f"{d.mean() + half:+.3f}]"
+        want = _paired_two_seeds(results["sparse"], results["multi_head"], key)
         assert sparse[column] == want
         assert rows[1].split(" | ")[column] == "—"
         values = [r[key] for r in results["sparse"]]
