@@ -228,7 +228,7 @@ def train(model, x, y, validation, args, seed):
         keras.optimizers.Adam(schedule),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
-        run_eagerly=getattr(args, "run_eagerly", False),  # smoke runs
+        run_eagerly=args.run_eagerly,  # smoke runs (see parse)
     )
     start = time.perf_counter()
     model.fit(
