@@ -309,6 +309,23 @@ def _check_model(model):
             )
 
 
+def _is_nested(layer):
+    """A functional (or Sequential) model called as a layer of another."""
+    return isinstance(layer, keras.Model) and hasattr(layer, "_nodes_by_depth")
+
+
+def _quantizers(model):
+    """Every `FakeQuant` of a `quantize_model` copy, nested models
+    included."""
+    found = []
+    for layer in model.layers:
+        if isinstance(layer, QuantizeWrapper):
+            found += layer._quantizers()
+        elif _is_nested(layer):
+            found += _quantizers(layer)
+    return found
+
+
 def _nodes_by_layer(model):
     """`model`'s own nodes (not those of other models its layers were
     called in), by the id of their layer, in graph order."""
@@ -324,7 +341,8 @@ def quantize_model(model, num_bits=8, momentum=0.99):
     """A quantization-aware copy of a functional (or built Sequential)
     `model`: every layer wrapped in a `QuantizeWrapper` (its float outputs,
     and the model's float inputs it takes, fake-quantized to `num_bits`),
-    the weights shared with `model`; not the layers that only move values
+    the weights shared with `model` (a functional model called as a layer
+    is quantized so, layer by layer); not the layers that only move values
     (reshape, flatten, permute, cropping, max pooling) or drop them out,
     whose output keeps its input's quantization in a file (a model input
     that only such a layer takes stays calibrated), nor `keras.ops` nodes
@@ -346,6 +364,11 @@ def quantize_model(model, num_bits=8, momentum=0.99):
             return layer  # a keras.ops node, or a layer that moves values
         if id(layer) not in nodes:
             return layer
+        if _is_nested(layer):
+            # A functional model called as a layer (a per-token model in
+            # a frame classifier): its own layers wrapped, each with its
+            # ranges, and its inputs quantized by its first layers.
+            return quantize_model(layer, num_bits, momentum)
         (node,) = nodes[id(layer)]  # one: _check_model refused more
         arguments = list(node.arguments.args)
         quantize_inputs = tuple(
@@ -379,7 +402,9 @@ def strip(model):
         )
 
     def unwrap(layer):
-        return layer.layer if isinstance(layer, QuantizeWrapper) else layer
+        if isinstance(layer, QuantizeWrapper):
+            return layer.layer
+        return strip(layer) if _is_nested(layer) else layer
 
     stripped = keras.models.clone_model(model, clone_function=unwrap)
     if model.name.endswith("_qat"):
@@ -391,12 +416,7 @@ def calibrate(model, data, batch_size=32):
     """Sets every `FakeQuant` range of a `quantize_model` copy from `data`
     (an array, or a list of arrays, one per input): the union of the
     ranges seen, batch by batch, without training. Returns `model`."""
-    quantizers = [
-        quantizer
-        for layer in model.layers
-        if isinstance(layer, QuantizeWrapper)
-        for quantizer in layer._quantizers()
-    ]
+    quantizers = _quantizers(model)
     if not quantizers:
         raise ValueError(
             f"`model` {model.name!r} has no FakeQuant: quantize it with "

@@ -44,7 +44,10 @@ complex model when another wins, are exported to TFLite (builtin ops
 only; `--modes`, default float32 and full_int8 calibrated on 256 training
 frames) and scored per SNR on LiteRT. (The real transformer's Keras
 `LayerNormalization`s are traced without their NEG, which has no integer
-kernel: see `cvattn_keras/export/_keras_layers.py`.)
+kernel: see `cvattn_keras/export/_keras_layers.py`.) `--qat EPOCHS`
+continues each exported model for EPOCHS at a tenth of the learning rate
+with quantization-aware training (`cvattn_keras.quantization`) and,
+as a control, without it, and scores each one's full_int8 file.
 
 Live IQ (whenever the complex model is trained): the best complex
 classifier on validation becomes a stream (`cvattn_keras.streaming.
@@ -66,7 +69,8 @@ Run:  python examples/radio.py [--seeds 3] [--epochs 10]
           [--train-per-cell 200] [--test-per-cell 100]
           [--models complex,real,cnn] [--modes float32,full_int8]
           [--stream-tokens 256] [--streams-per-class 4]
-          [--stream-snr 10] [--out examples/output] [--smoke]
+          [--stream-snr 10] [--qat EPOCHS] [--out examples/output]
+          [--smoke]
 """
 
 import argparse
@@ -334,9 +338,9 @@ def percent(pair):
 # ----------------------------------------------------------------------
 
 
-def export_rows(name, model, args, x_train, x_test, test):
+def export_rows(name, model, args, x_train, x_test, test, modes=None):
     rows = []
-    for mode in args.modes:
+    for mode in args.modes if modes is None else modes:
         path = os.path.join(args.out, f"radio_{name}_{mode}.tflite")
         quantization = MODES[mode]
         calibrated = quantization == "full_int8"
@@ -363,6 +367,39 @@ def export_rows(name, model, args, x_train, x_test, test):
                 **scores,
             )
         )
+    return rows
+
+
+def qat_rows(name, model, args, x_train, y_train, x_test, test):
+    """--qat: `args.qat` more epochs at a tenth of the learning rate with
+    quantization-aware training (the ranges calibrated on 256 training
+    frames first) and, the control, without; each one's full_int8 file
+    (calibrated as the post-training one), one row each."""
+    rows = []
+    for label, quantize in (("fine-tuned", False), ("QAT", True)):
+        copy = keras.models.clone_model(model)
+        copy.set_weights(model.get_weights())
+        if quantize:
+            copy = cvk.quantization.quantize_model(copy)
+            cvk.quantization.calibrate(copy, x_train[:256])
+        copy.compile(
+            keras.optimizers.Adam(args.learning_rate / 10),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            run_eagerly=args.run_eagerly,
+        )
+        copy.fit(
+            x_train,
+            y_train,
+            epochs=args.qat,
+            batch_size=args.batch_size,
+            verbose=2,
+            shuffle=True,
+        )
+        file = f"{name}_{label.replace('-', '').lower()}"
+        for row in export_rows(
+            file, copy, args, x_train, x_test, test, ["full_int8"]
+        ):
+            rows.append(dict(row, mode=f"{label} {args.qat} epochs, full_int8"))
     return rows
 
 
@@ -563,6 +600,13 @@ def parse(argv):
         type=arguments.output_folder,
         default=os.path.join("examples", "output"),
     )
+    parser.add_argument(
+        "--qat",
+        type=positive,
+        metavar="EPOCHS",
+        help="continue each exported model EPOCHS with quantization-aware "
+        "training and, as a control, without; full_int8 files of both",
+    )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
     # A smoke run trains eagerly: the whole run took 208 s with the three
@@ -745,6 +789,16 @@ def main(argv=None):
             inputs_of(name, test_set),
             test_set,
         )
+        if args.qat:
+            rows += qat_rows(
+                name,
+                target["model"],
+                args,
+                inputs_of(name, train_set),
+                train_set.labels,
+                inputs_of(name, test_set),
+                test_set,
+            )
         exported += [dict(r, model=name, seed=target["seed"]) for r in rows]
         lines += [
             "",

@@ -617,9 +617,12 @@ def test_modulation():
 
 def test_radio(tmp_path):
     """`examples/radio.py --smoke`: every model trained and scored per SNR,
-    the best exported and scored on LiteRT, the complex classifier
-    streamed on LiteRT equal to its Keras stream."""
-    result = _main("radio.py")(["--smoke", "--out", str(tmp_path)])
+    the best exported and scored on LiteRT, with a QAT and a fine-tuned
+    full_int8 file each (`--qat 1`), the complex classifier streamed on
+    LiteRT equal to its Keras stream."""
+    result = _main("radio.py")(
+        ["--smoke", "--qat", "1", "--out", str(tmp_path)]
+    )
     assert set(result["runs"]) == {"complex", "real", "cnn"}
     snrs = sorted(result["summary"]["complex"]["per_snr"])
     assert snrs == [float(s) for s in range(-20, 20, 2)]
@@ -627,7 +630,13 @@ def test_radio(tmp_path):
     # each exports in both modes (the real transformer's full_int8 too,
     # since the export traces Keras' LayerNormalization without its NEG).
     rows = [r for r in result["exported"] if r["model"] == "complex"]
-    assert [r["mode"] for r in rows] == ["float32", "full_int8"]
+    assert [r["mode"] for r in rows] == [
+        "float32",
+        "full_int8",
+        "fine-tuned 1 epochs, full_int8",
+        "QAT 1 epochs, full_int8",
+    ]
+    assert (tmp_path / "radio_complex_qat_full_int8.tflite").exists()
     for row in result["exported"]:
         assert "error" not in row, row
         assert 0.0 <= row["mean"] <= 1.0
@@ -657,6 +666,7 @@ def test_radio_refuses_bad_arguments(capsys):
             "argument --stream-snr: must be a finite number in [-20, 30]",
         ),
         (["--batch-size", "0"], "argument --batch-size: must be an int >= 1"),
+        (["--qat", "0"], "argument --qat: must be an int >= 1"),
     ):
         with pytest.raises(SystemExit):
             main(argv)

@@ -120,6 +120,39 @@ def test_quantize_model_wraps_shares_and_strips():
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(stripped(x)), want)
 
 
+def test_a_nested_model_is_quantized_layer_by_layer():
+    """A functional model called as a layer (radio.py's per-token model in
+    its frame classifier) has its own layers wrapped, calibrated and
+    stripped, not only its output."""
+    inner = _model()
+    frames = keras.Input((6, 8))
+    outer = keras.Model(frames, inner(frames)[:, -1])
+    qat = cq.quantize_model(outer)
+    (nested,) = [
+        layer for layer in qat.layers if isinstance(layer, keras.Model)
+    ]
+    assert nested.name == f"{inner.name}_qat"
+    assert [w.layer for w in nested.layers[1:]] == inner.layers[1:]
+    x = _data()
+    cq.calibrate(qat, x)
+    first = nested.layers[1].input_quantizers[0]
+    assert float(first.range_max) == pytest.approx(x.max(), rel=1e-6)
+    want = keras.ops.convert_to_numpy(outer(x))
+    got = keras.ops.convert_to_numpy(qat(x))
+    # The same rounding as the inner model quantized alone.
+    alone = cq.calibrate(cq.quantize_model(inner), x)
+    np.testing.assert_allclose(
+        got, keras.ops.convert_to_numpy(alone(x))[:, -1], atol=1e-6
+    )
+    assert 0 < np.abs(got - want).max() < 0.15 * np.abs(want).max()
+    stripped = cq.strip(qat)
+    (plain,) = [
+        layer for layer in stripped.layers if isinstance(layer, keras.Model)
+    ]
+    assert plain.layers[1:] == inner.layers[1:]
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(stripped(x)), want)
+
+
 @pytest.mark.slow
 def test_trains_and_round_trips_through_keras_file(tmp_path):
     qat = cq.quantize_model(_model())
