@@ -310,7 +310,8 @@ def _check_model(model):
 
 
 def _is_nested(layer):
-    """A functional (or Sequential) model called as a layer of another."""
+    """A functional model called as a layer of another (a Sequential one
+    is wrapped whole, as any layer)."""
     return isinstance(layer, keras.Model) and hasattr(layer, "_nodes_by_depth")
 
 
