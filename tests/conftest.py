@@ -5,23 +5,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-# XLA compiles the suite's steps (TensorFlow's jit_compile, JAX's jit and
-# its eager ops) for tests of values, not of speed: without LLVM's
-# optimizations of the compiled CPU code the compile is cheaper and the
-# files ran 14-29% faster (JAX: test_transformer + test_normalization 121
-# -> 86 s, test_streaming + test_models 171 -> 147 s; TensorFlow:
-# test_transformer + test_cache + test_image_models 96 -> 81 s; 2 cores).
-# Set before TensorFlow or JAX starts (and inherited by the subprocesses
-# that tests start); an optimization level the caller set is kept. The
-# benchmarks, run by hand, keep XLA's defaults.
-_FAST_COMPILE = (
-    "--xla_backend_optimization_level=0",
-    "--xla_llvm_disable_expensive_passes=true",
-)
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = " ".join(
-        [os.environ.get("XLA_FLAGS", ""), *_FAST_COMPILE]
-    ).strip()
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -89,17 +89,6 @@ def _env(**extra):
     env = dict(os.environ)
     for name in ("TF_CONFIG", "XLA_FLAGS", "KERAS_BACKEND"):
         env.pop(name, None)
-    # The suite's compile options (tests/conftest.py) stay; the workers add
-    # their own device flags.
-    fast = [
-        flag
-        for flag in os.environ.get("XLA_FLAGS", "").split()
-        if flag.startswith(
-            ("--xla_backend_optimization_level", "--xla_llvm_disable")
-        )
-    ]
-    if fast:
-        env["XLA_FLAGS"] = " ".join(fast)
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env["PYTHONWARNINGS"] = "ignore"
     env.update(extra)
