@@ -25,6 +25,13 @@ the integer kernels:
   (`SELECT_V2`), which TFLite's 16-bit activation mode lacks; only for
   int16x8 files (the GPU delegate takes 1-D gather indices only).
 
+Quantization-aware training (`cvattn_keras.quantization`) has its own
+context, `quantization_aware(hook)`, in which the layers trace their
+integer formulation (`plain_statistics()` True, batch norms on their
+moving statistics) and pass every tensor that an integer file rounds
+through `quantize(x)`, which calls `hook`; elsewhere `quantize` returns
+its argument.
+
 Outside `for_export` all are False but `float_activations()`. Masking has
 its own, public, context: `cvattn_keras.attention.portable_masking`, which
 `for_export` does not set.
@@ -43,6 +50,8 @@ _FLOAT16_WEIGHTS = contextvars.ContextVar("float16_weights", default=False)
 # exporter): masked scores are then never filled with a constant near the
 # float limit, and negations are products with -1 (`complex.negative`).
 _FILL_MASKED = contextvars.ContextVar("fill_masked", default=True)
+# The fake quantization of `quantization.QuantizeWrapper` (None outside it).
+_QUANTIZE = contextvars.ContextVar("quantize", default=None)
 
 
 def exporting():
@@ -121,3 +130,65 @@ def for_export(
         _EXPORTING.reset(tokens[2])
         _PLAIN_STATISTICS.reset(tokens[1])
         _WEIGHTS_ONCE.reset(tokens[0])
+
+
+def quantize(x):
+    """`x` where an integer file rounds it: through the hook of
+    `quantization_aware` (a `FakeQuant` of the `QuantizeWrapper` calling
+    the layer), else `x` itself. (A list of tensors: see
+    `quantize_concatenated`.)"""
+    hook = _QUANTIZE.get()
+    return x if hook is None else hook(x)
+
+
+def quantize_concatenated(parts):
+    """`parts` concatenated on the last axis, the result a `quantize`
+    point: the parts are not points of their own, as TFLite's
+    CONCATENATION keeps one scale for its inputs and output."""
+    from keras import ops
+
+    return quantize(ops.concatenate(list(parts), axis=-1))
+
+
+def quantize_kernel(kernel_real, kernel_imag):
+    """A complex kernel's parts as an integer file stores them, within
+    `quantization_aware`: int8, symmetric, one scale per output channel
+    (the last axis) over both parts (`max |w| / 127`, as the converter
+    quantizes a FULLY_CONNECTED's or CONV_2D's weights, whichever of the
+    block or weights-once forms it stores), with a straight-through
+    gradient; elsewhere the parts themselves."""
+    if _QUANTIZE.get() is None:
+        return kernel_real, kernel_imag
+    from keras import ops
+
+    axes = tuple(range(len(kernel_real.shape) - 1))
+    peak = ops.maximum(
+        ops.max(ops.abs(kernel_real), axis=axes),
+        ops.max(ops.abs(kernel_imag), axis=axes),
+    )
+    scale = ops.maximum(peak, 1e-30) / 127.0
+
+    def rounded(kernel):
+        grid = ops.round(kernel / scale) * scale
+        return kernel + ops.stop_gradient(grid - kernel)
+
+    return rounded(kernel_real), rounded(kernel_imag)
+
+
+def quantizing():
+    """Whether the layers trace within `quantization_aware`: batch norms
+    then use their moving statistics, in training too (frozen, as their
+    integer kernels see them)."""
+    return _QUANTIZE.get() is not None
+
+
+@contextlib.contextmanager
+def quantization_aware(hook):
+    """Within this context, `quantize(x)` is `hook(x)`, and the layers
+    trace their integer formulation (`plain_statistics()` is True)."""
+    tokens = (_QUANTIZE.set(hook), _PLAIN_STATISTICS.set(True))
+    try:
+        yield
+    finally:
+        _PLAIN_STATISTICS.reset(tokens[1])
+        _QUANTIZE.reset(tokens[0])

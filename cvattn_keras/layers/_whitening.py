@@ -45,6 +45,7 @@ import math
 import keras
 from keras import ops
 
+from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 
@@ -435,10 +436,19 @@ def _plain_standardize(part, epsilon):
     return part * ops.rsqrt(variance + epsilon)
 
 
-def whiten(real, imag, v_rr, v_ii, v_ri, epsilon):
-    """`(C + epsilon I)^-1/2 [real; imag]` for given covariance entries
-    `v_rr, v_ii, v_ri` (the moving statistics of batch normalization at
-    inference). All arguments broadcast; returns `(real, imag)`.
+def _mix(real, imag, rr, ri, ir, ii):
+    """`(rr real + ri imag, ir real + ii imag)` for quantized `real, imag`,
+    each product a point where an integer file rounds
+    (`_tracing.quantize`); the sums are the caller's to quantize (the last
+    ones feed a concatenation: see `_tracing.quantize_concatenated`)."""
+    q = _tracing.quantize
+    return q(rr * real) + q(ri * imag), q(ir * real) + q(ii * imag)
+
+
+def whitening(v_rr, v_ii, v_ri, epsilon):
+    """The entries `(w_rr, w_ii, w_ri)` of `(C + epsilon I)^-1/2` for given
+    covariance entries `v_rr, v_ii, v_ri` (the moving statistics of batch
+    normalization at inference). All arguments broadcast.
 
     The statistics are rescaled by a power of two so that the larger
     variance (or epsilon) is at most 1. With no data pass available, the
@@ -446,7 +456,7 @@ def whiten(real, imag, v_rr, v_ii, v_ri, epsilon):
     larger variance and `beta = v_pq / v_pp`: the difference has a relative
     error of about `eps_mach` times the condition number of the covariance.
     """
-    dtype = keras.backend.standardize_dtype(real.dtype)
+    dtype = keras.backend.standardize_dtype(v_rr.dtype)
     top = ops.maximum(ops.maximum(v_rr, v_ii), epsilon)
     k = ops.ceil(0.5 * ops.log2(ops.stop_gradient(top)))
     k = ops.clip(k, *_EXPONENTS[dtype])
@@ -458,11 +468,10 @@ def whiten(real, imag, v_rr, v_ii, v_ri, epsilon):
     v_qq = ops.where(pivot, v_ii, v_rr)
     beta = _safe_ratio(v_ri, v_pp, dtype)
     v_perp = ops.maximum(v_qq - beta * v_ri, 0.0)
-    w_rr, w_ii, w_ri = (
+    return tuple(
         w * _pow2(-k, dtype)
         for w in _inverse_sqrt(v_rr, v_ii, v_ri, v_pp * v_perp, eps, eps)
     )
-    return w_rr * real + w_ri * imag, w_ri * real + w_ii * imag
 
 
 def _stat_dtype(layer):

@@ -14,6 +14,7 @@ with an accurate determinant). Also importable from
 import keras
 from keras import ops
 
+from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import complex as cx
 from cvattn_keras.layers._whitening import _check_choice
@@ -21,10 +22,11 @@ from cvattn_keras.layers._whitening import _check_epsilon
 from cvattn_keras.layers._whitening import _exponent
 from cvattn_keras.layers._whitening import _features
 from cvattn_keras.layers._whitening import _global_max
+from cvattn_keras.layers._whitening import _mix
 from cvattn_keras.layers._whitening import _scale_sqrt
 from cvattn_keras.layers._whitening import _stat_dtype
 from cvattn_keras.layers._whitening import _whitening_statistics
-from cvattn_keras.layers._whitening import whiten
+from cvattn_keras.layers._whitening import whitening
 
 
 @keras.saving.register_keras_serializable(package="cvattn_keras")
@@ -222,10 +224,14 @@ class ComplexBatchNormalization(keras.layers.Layer):
         def weight(variable):
             return ops.cast(variable, dtype)
 
+        # Quantization-aware training freezes the statistics (an integer
+        # file's, and `_tracing.quantize`'s points, are the inference ones).
+        training = training and not _tracing.quantizing()
+        q = _tracing.quantize  # the identity outside quantization-aware
         if self.convention == "reference":
             real, imag = self._reference(x, training, mask)
             return ops.cast(
-                ops.concatenate([real, imag], axis=-1), self.compute_dtype
+                _tracing.quantize_concatenated([real, imag]), self.compute_dtype
             )
         if training:
             (real, imag), stats, count = self._batch_whitening(x, mask)
@@ -241,21 +247,23 @@ class ComplexBatchNormalization(keras.layers.Layer):
             self._update_moving(moving, stats, count > 0, dtype)
         else:
             real, imag = cx.split(x)  # (B, ..., E) each
-            real = real - weight(self.moving_mean_real)
-            imag = imag - weight(self.moving_mean_imag)
+            real = q(real - weight(self.moving_mean_real))
+            imag = q(imag - weight(self.moving_mean_imag))
             v_rr, v_ii = weight(self.moving_var_rr), weight(self.moving_var_ii)
             v_ri = weight(self.moving_cov_ri)
-            real, imag = whiten(real, imag, v_rr, v_ii, v_ri, self.epsilon)
+            w_rr, w_ii, w_ri = whitening(v_rr, v_ii, v_ri, self.epsilon)
+            real, imag = _mix(real, imag, w_rr, w_ri, w_ri, w_ii)
+        # From here `real, imag` are not quantized yet (see `_mix`).
         if self.scale:
             g_rr, g_ii, g_ri = (
                 weight(g) for g in (self.gamma_rr, self.gamma_ii, self.gamma_ri)
             )
-            real, imag = g_rr * real + g_ri * imag, g_ri * real + g_ii * imag
+            real, imag = _mix(q(real), q(imag), g_rr, g_ri, g_ri, g_ii)
         if self.center:
-            real = real + weight(self.beta_real)
-            imag = imag + weight(self.beta_imag)
+            real = q(real) + weight(self.beta_real)
+            imag = q(imag) + weight(self.beta_imag)
         return ops.cast(
-            ops.concatenate([real, imag], axis=-1), self.compute_dtype
+            _tracing.quantize_concatenated([real, imag]), self.compute_dtype
         )
 
     def _update_moving(self, variables, values, keep, dtype):
@@ -297,9 +305,10 @@ class ComplexBatchNormalization(keras.layers.Layer):
             # moving statistics stay as they are.
             self._update_moving(moving, batch, number > 1, dtype)
         else:
+            q = _tracing.quantize
             real, imag = cx.split(x)  # (B, ..., E) each
-            real = real - weight(self.moving_mean_real)
-            imag = imag - weight(self.moving_mean_imag)
+            real = q(real - weight(self.moving_mean_real))
+            imag = q(imag - weight(self.moving_mean_imag))
             rr, ri, ir, ii = (weight(v) for v in moving[2:])
             if self.scale:
                 # The reference's product R sqrtm(Gamma) per feature, then
@@ -311,10 +320,11 @@ class ComplexBatchNormalization(keras.layers.Layer):
                     ir * p + ii * r,
                     ir * r + ii * q,
                 )
-            real, imag = rr * real + ri * imag, ir * real + ii * imag
+            real, imag = _mix(real, imag, rr, ri, ir, ii)
         if self.center:
-            real = real + weight(self.bias_real)
-            imag = imag + weight(self.bias_imag)
+            q = _tracing.quantize
+            real = q(real) + weight(self.bias_real)
+            imag = q(imag) + weight(self.bias_imag)
         return real, imag
 
     def _batch_whitening(self, x, mask):

@@ -132,8 +132,13 @@ class ComplexConv1D(keras.layers.Layer):
             inputs = ops.pad(inputs, ((0, 0), (self._causal_pad(), 0), (0, 0)))
             padding = "valid"
         kernel_shape = self.kernel_real.shape  # (k, in, filters)
+        kernel_real, kernel_imag = _tracing.quantize_kernel(
+            self.kernel_real, self.kernel_imag
+        )
         if _tracing.weights_once():
-            outputs = self._conv_once(cx.columns_once(inputs), padding)
+            outputs = self._conv_once(
+                cx.columns_once(inputs), kernel_real, kernel_imag, padding
+            )
         elif cx.use_gauss(
             self.complex_matmul,
             kernel_shape[0] * kernel_shape[1],
@@ -142,15 +147,13 @@ class ComplexConv1D(keras.layers.Layer):
         ):
             outputs = cx.gauss_product_stacked(
                 inputs,
-                self.kernel_real,
-                self.kernel_imag,
+                kernel_real,
+                kernel_imag,
                 lambda x, w: self._conv(x, w, padding),
             )
         else:
             # (k, 2 in, 2 filters): the inputs' channels on axis 1.
-            kernel = cx.block_kernel(
-                self.kernel_real, self.kernel_imag, in_axis=1
-            )
+            kernel = cx.block_kernel(kernel_real, kernel_imag, in_axis=1)
             outputs = self._conv(inputs, kernel, padding)
         return add_bias(self, outputs)
 
@@ -204,9 +207,10 @@ class ComplexConv1D(keras.layers.Layer):
                 image, ((0, 0), (self._causal_pad(), 0), (0, 0), (0, 0))
             )
             padding = "valid"
-        return add_bias(self, self._conv_once(image, padding))
+        kernels = _tracing.quantize_kernel(self.kernel_real, self.kernel_imag)
+        return add_bias(self, self._conv_once(image, *kernels, padding))
 
-    def _conv_once(self, image, padding):
+    def _conv_once(self, image, kernel_real, kernel_imag, padding):
         """The convolution with each real weight once: the input `(B, L,
         2C)` made an image `(B, L, 3, C)` whose columns are `-x_i`, `x_r`
         and `x_i` (`complex.columns_once`), one 2-D `conv` against the
@@ -231,7 +235,7 @@ class ComplexConv1D(keras.layers.Layer):
             # A dynamic length: "same" also pads the columns on the right
             # (a third output column, dropped below).
             columns = 3
-        kernel = ops.stack([self.kernel_imag, self.kernel_real], axis=1)
+        kernel = ops.stack([kernel_imag, kernel_real], axis=1)
         outputs = ops.conv(
             image,
             kernel,  # (k, 2, C, F)

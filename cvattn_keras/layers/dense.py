@@ -145,8 +145,9 @@ class ComplexDense(keras.layers.Layer):
         # ModelParallel, where "auto" keeps this one: complex.use_gauss.)
         # Explicit casts: tf.stack does not take Keras variables.
         dtype = self.compute_dtype
-        kernel_real = ops.cast(self.kernel_real, dtype)
-        kernel_imag = ops.cast(self.kernel_imag, dtype)
+        kernel_real, kernel_imag = _tracing.quantize_kernel(
+            ops.cast(self.kernel_real, dtype), ops.cast(self.kernel_imag, dtype)
+        )
         if _tracing.weights_once():
             kernel = cx.kernel_once(kernel_real, kernel_imag)  # (2I, U)
             outputs = cx.matmul_once(inputs, kernel)  # (..., 2U)
