@@ -319,10 +319,25 @@ class QuantizeWrapper(keras.layers.Wrapper):
         return config
 
 
+def _has_points(layer):
+    """Whether `layer` (or a layer inside it) calls `_tracing.quantize`:
+    only `ComplexBatchNormalization` does so far."""
+    from cvattn_keras.layers.batch_normalization import (
+        ComplexBatchNormalization,
+    )
+
+    return any(
+        isinstance(inner, ComplexBatchNormalization)
+        for inner in layer._flatten_layers(include_self=True)
+    )
+
+
 def _count_points(layer, node):
     """How many tensors `layer` passes to `_tracing.quantize` in its
     integer formulation: a dry run on zeros of its node's shapes (an
-    unknown dimension taken as 1)."""
+    unknown dimension taken as 1), for a layer that has points."""
+    if not _has_points(layer):
+        return 0
     count = 0
 
     def point(x):
@@ -338,8 +353,17 @@ def _count_points(layer, node):
 
     args = keras.tree.map_structure(concrete, list(node.arguments.args))
     kwargs = keras.tree.map_structure(concrete, dict(node.arguments.kwargs))
-    with _tracing.quantization_aware(point):
-        layer(*args, **kwargs)
+    try:
+        with _tracing.quantization_aware(point):
+            layer(*args, **kwargs)
+    except Exception as error:
+        shapes = [tuple(a.shape) for a in args if hasattr(a, "shape")]
+        raise ValueError(
+            f"`quantize_model` counts the rounding points of layer "
+            f"{layer.name!r} (a batch norm inside) by calling it on zeros "
+            f"of shapes {shapes} (an unknown dimension taken as 1), which "
+            f"failed: {error}. Give the model's inputs known shapes."
+        ) from error
     return count
 
 

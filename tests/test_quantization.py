@@ -293,6 +293,22 @@ def test_refusals_name_the_reason():
     with pytest.raises(ValueError, match="no FakeQuant"):
         cq.calibrate(_model(), _data())
 
+    class Framed(keras.layers.Layer):
+        """A batch norm over frames that needs 2 of them."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.norm = cl.ComplexBatchNormalization()
+
+        def call(self, x):
+            if x.shape[1] is not None and x.shape[1] < 2:
+                raise ValueError("needs 2 frames")
+            return self.norm(x)
+
+    frames = keras.Input((None, 8))
+    with pytest.raises(ValueError, match="'framed'.*zeros of shapes"):
+        cq.quantize_model(keras.Model(frames, Framed(name="framed")(frames)))
+
 
 @pytest.mark.tensorflow_only
 @pytest.mark.slow
