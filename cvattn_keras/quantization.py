@@ -215,7 +215,9 @@ class QuantizeWrapper(keras.layers.Wrapper):
         num_bits: the `FakeQuant`s' bits.
         momentum: the `FakeQuant`s' momentum.
         num_points: how many `_tracing.quantize` points `layer` passes
-            (counted by `quantize_model` with a dry run).
+            (counted by `quantize_model` with a dry run); `None` (a
+            wrapper saved before the points existed) runs `layer` as
+            then: its outputs rounded, nothing inside.
     """
 
     def __init__(
@@ -225,12 +227,12 @@ class QuantizeWrapper(keras.layers.Wrapper):
         quantize_inputs=(),
         num_bits=8,
         momentum=0.99,
-        num_points=0,
+        num_points=None,
         **kwargs,
     ):
         super().__init__(layer, **kwargs)
         self.num_outputs = int(num_outputs)
-        self.num_points = int(num_points)
+        self.num_points = None if num_points is None else int(num_points)
         self.quantize_inputs = tuple(int(i) for i in quantize_inputs)
         self.num_bits = num_bits
         self.momentum = momentum
@@ -244,7 +246,7 @@ class QuantizeWrapper(keras.layers.Wrapper):
         ]
         self.point_quantizers = [
             FakeQuant(num_bits, momentum, name=f"point_{i}")
-            for i in range(self.num_points)
+            for i in range(self.num_points or 0)
         ]
 
     def build(self, *args, **kwargs):
@@ -285,8 +287,11 @@ class QuantizeWrapper(keras.layers.Wrapper):
             return quantized[-1]
 
         quantized = []  # kept alive, so that their ids stay theirs
-        with _tracing.quantization_aware(point):
+        if self.num_points is None:
             outputs = self.layer(*args, **kwargs)
+        else:
+            with _tracing.quantization_aware(point):
+                outputs = self.layer(*args, **kwargs)
         # An output that is a point's already (a norm's last concatenation)
         # keeps that point's range: a second fake quantization there would
         # give the file's tensor two ranges.
