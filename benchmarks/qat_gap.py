@@ -81,6 +81,21 @@ def clips(model, split, count, seed):
     return audio
 
 
+def output_quantizer(wrapper):
+    """The `FakeQuant` that rounds the QAT model's output: the wrapper's
+    output one, or its last point where the output is that point's (a
+    batch norm last)."""
+    if not isinstance(wrapper, cq.QuantizeWrapper):
+        raise ValueError(
+            "The model's last layer must be a quantized layer. Received: "
+            f"{type(wrapper).__name__} {wrapper.name!r}"
+        )
+    quantizer = wrapper.output_quantizers[0]
+    if float(quantizer.seen) == 0 and wrapper.point_quantizers:
+        return wrapper.point_quantizers[-1]
+    return quantizer
+
+
 def steps_apart(got, want, step):
     error = np.abs(got - want) / step
     return {
@@ -96,7 +111,7 @@ def main(argv=None):
     calibration = clips(model, "train", args.calibration, args.seed)
     held_out = clips(model, "test", args.held_out, args.seed)
     qat = cq.calibrate(cq.quantize_model(model), calibration, batch_size=8)
-    last = qat.layers[-1].output_quantizers[0]
+    last = output_quantizer(qat.layers[-1])
     low = min(float(last.range_min), 0.0)
     step = (max(float(last.range_max), 0.0) - low) / 255
     float_logits = np.asarray(model.predict(held_out, verbose=0))

@@ -140,8 +140,9 @@ class FakeQuant(keras.layers.Layer):
 
     def call(self, x, training=None):
         if self._observing:
-            # `calibrate` sees the float model's tensors, as the TFLite
-            # converter calibrates the float graph.
+            # `calibrate` sees the tensors unrounded (the kernels stay on
+            # their grid), as the TFLite converter calibrates a float
+            # graph.
             self._track(x, None)
             return x
         if training:
@@ -276,13 +277,7 @@ class QuantizeWrapper(keras.layers.Wrapper):
         def point(x):
             quantizer = next(points, None)
             if quantizer is None:
-                raise ValueError(
-                    f"Layer {self.layer.name!r} passed more quantization "
-                    f"points than the {self.num_points} counted when it "
-                    "was wrapped (its integer formulation depends on the "
-                    "input's shape): quantize the model again for these "
-                    "shapes."
-                )
+                raise self._points_error("more")
             quantized.append(quantizer(x, training=training))
             return quantized[-1]
 
@@ -292,6 +287,9 @@ class QuantizeWrapper(keras.layers.Wrapper):
         else:
             with _tracing.quantization_aware(point):
                 outputs = self.layer(*args, **kwargs)
+        if self.num_points is not None and len(quantized) < self.num_points:
+            # The later points' ranges would be taken by other tensors.
+            raise self._points_error("fewer")
         # An output that is a point's already (a norm's last concatenation)
         # keeps that point's range: a second fake quantization there would
         # give the file's tensor two ranges.
@@ -304,6 +302,14 @@ class QuantizeWrapper(keras.layers.Wrapper):
             for tensor, quantizer in zip(flat, self.output_quantizers)
         ]
         return keras.tree.pack_sequence_as(outputs, quantized)
+
+    def _points_error(self, which):
+        return ValueError(
+            f"Layer {self.layer.name!r} passed {which} quantization points "
+            f"than the {self.num_points} counted when it was wrapped (its "
+            "integer formulation depends on the input's shape or on a "
+            "branch): quantize the model again for these inputs."
+        )
 
     def compute_output_spec(self, *args, **kwargs):
         kwargs.pop("training", None)
@@ -527,7 +533,9 @@ def strip(model):
 def calibrate(model, data, batch_size=32):
     """Sets every `FakeQuant` range of a `quantize_model` copy from `data`
     (an array, or a list of arrays, one per input): the union of the
-    ranges seen, batch by batch, without training. Returns `model`."""
+    ranges seen, batch by batch, without training, each tensor taken
+    before any rounding of activations (the complex kernels on their
+    int8 grid), as the converter calibrates. Returns `model`."""
     quantizers = _quantizers(model)
     if not quantizers:
         raise ValueError(

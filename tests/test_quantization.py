@@ -246,8 +246,38 @@ def test_kernels_take_the_files_per_channel_grid():
         )
 
 
+@pytest.mark.parametrize("weights_once", [False, True])
+def test_conv1d_applies_the_rounded_kernel(weights_once):
+    """`ComplexConv1D` within `quantization_aware` (training's block form,
+    and the weights-once form of the export) computes with its kernel
+    rounded to the per-channel grid: the same as the layer given that
+    kernel, rounded in NumPy."""
+    from cvattn_keras import _tracing
+
+    keras.utils.set_random_seed(0)
+    layer = cl.ComplexConv1D(3, 2, padding="causal")
+    x = _data()[:4]
+    layer(x)
+    real, imag = (
+        keras.ops.convert_to_numpy(w).astype("float64")
+        for w in (layer.kernel_real, layer.kernel_imag)
+    )
+    scale = np.maximum(np.abs(real), np.abs(imag)).max(axis=(0, 1)) / 127
+    with _tracing.for_export(weights_once=weights_once):
+        with _tracing.quantization_aware(lambda t: t):
+            got = keras.ops.convert_to_numpy(layer(x))
+        float_out = keras.ops.convert_to_numpy(layer(x))
+        layer.kernel_real.assign(np.round(real / scale) * scale)
+        layer.kernel_imag.assign(np.round(imag / scale) * scale)
+        want = keras.ops.convert_to_numpy(layer(x))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.abs(got - float_out).max() > 1e-4  # the rounding shows
+
+
 @pytest.mark.parametrize("convention", ["trabelsi", "reference"])
-def test_batch_norm_rounds_its_inference_ops_and_stays_frozen(convention):
+def test_batch_norm_rounds_its_inference_ops_and_stays_frozen(
+    convention, tmp_path
+):
     """A batch norm inside a QAT model rounds each op of its inference
     formulation (the means' subtraction, each product of the 2x2
     whitening and scale, the bias, the concatenation: 15 points, 9 with
@@ -279,6 +309,9 @@ def test_batch_norm_rounds_its_inference_ops_and_stays_frozen(convention):
     ]
     scale = [v.numpy().copy() for v in norm.layer.trainable_variables]
     assert moving and scale
+    kernel_before = keras.ops.convert_to_numpy(
+        qat.layers[1].layer.kernel_real
+    ).copy()
     qat.compile(keras.optimizers.Adam(1e-2), "mse")
     qat.fit(x, _data(1)[..., :4], batch_size=8, epochs=1, verbose=0)
     after = [
@@ -292,6 +325,24 @@ def test_batch_norm_rounds_its_inference_ops_and_stays_frozen(convention):
         keras.ops.convert_to_numpy(v) for v in norm.layer.trainable_variables
     ]
     assert any(np.abs(a - b).max() > 0 for a, b in zip(trained, scale))
+    # The rounded kernels pass their gradient straight through.
+    dense = qat.layers[1].layer
+    assert (
+        np.abs(
+            keras.ops.convert_to_numpy(dense.kernel_real) - kernel_before
+        ).max()
+        > 0
+    )
+    # The points and their ranges survive a .keras round trip.
+    path = str(tmp_path / "bn_qat.keras")
+    qat.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert loaded.layers[2].num_points == norm.num_points
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded(x)),
+        keras.ops.convert_to_numpy(qat(x)),
+        atol=1e-6,
+    )
 
 
 def test_refusals_name_the_reason():

@@ -313,12 +313,12 @@ class ComplexBatchNormalization(keras.layers.Layer):
             if self.scale:
                 # The reference's product R sqrtm(Gamma) per feature, then
                 # one 2x2 product over the data.
-                p, q, r = self._scale_matrix(dtype)
+                p, s, r = self._scale_matrix(dtype)
                 rr, ri, ir, ii = (
                     rr * p + ri * r,
-                    rr * r + ri * q,
+                    rr * r + ri * s,
                     ir * p + ii * r,
-                    ir * r + ii * q,
+                    ir * r + ii * s,
                 )
             real, imag = _mix(real, imag, rr, ri, ir, ii)
         if self.center:
