@@ -278,22 +278,22 @@ class QuantizeWrapper(keras.layers.Wrapper):
             quantizer = next(points, None)
             if quantizer is None:
                 raise self._points_error("more")
-            quantized.append(quantizer(x, training=training))
-            return quantized[-1]
+            point_outputs.append(quantizer(x, training=training))
+            return point_outputs[-1]
 
-        quantized = []  # kept alive, so that their ids stay theirs
+        point_outputs = []  # kept alive, so that their ids stay theirs
         if self.num_points is None:
             outputs = self.layer(*args, **kwargs)
         else:
             with _tracing.quantization_aware(point):
                 outputs = self.layer(*args, **kwargs)
-        if self.num_points is not None and len(quantized) < self.num_points:
+        if self.num_points is not None and len(point_outputs) < self.num_points:
             # The later points' ranges would be taken by other tensors.
             raise self._points_error("fewer")
         # An output that is a point's already (a norm's last concatenation)
         # keeps that point's range: a second fake quantization there would
         # give the file's tensor two ranges.
-        points_out = {id(tensor) for tensor in quantized}
+        points_out = {id(tensor) for tensor in point_outputs}
         flat = keras.tree.flatten(outputs)
         quantized = [
             quantizer(tensor, training=training)

@@ -158,23 +158,21 @@ def test_a_wrapper_saved_before_the_points_rounds_outputs_only():
     rounding inside the layers existed) loads and runs as then: its
     batch norm and kernels as in the float model, its output rounded."""
     model = _bn_model("trabelsi")
-    x = _data().astype("float32")
+    inputs = _data().astype("float32")
     for layer in model.layers[1:]:
         config = cq.QuantizeWrapper(layer, name="w").get_config()
         config.pop("num_points")
         config["layer"] = layer
         old = cq.QuantizeWrapper(**config)
         assert old.num_points is None and not old.point_quantizers
-        inputs = model.layers[1](x) if layer is not model.layers[1] else x
-        if layer is model.layers[3]:
-            inputs = model.layers[2](inputs)
         want = keras.ops.convert_to_numpy(layer(inputs))
+        low, high = float(want.min()), float(want.max())
         quantizer = old.output_quantizers[0]
         quantizer.build(None)
-        quantizer.range_min.assign(float(want.min()))
-        quantizer.range_max.assign(float(want.max()))
+        quantizer.range_min.assign(low)
+        quantizer.range_max.assign(high)
         got = keras.ops.convert_to_numpy(old(inputs))
-        low, high = float(want.min()), float(want.max())
+        inputs = want  # the float model's input to the next layer
         np.testing.assert_allclose(
             got,
             _nudged_fake_quant(want.astype("float64"), low, high),

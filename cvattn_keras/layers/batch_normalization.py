@@ -284,6 +284,7 @@ class ComplexBatchNormalization(keras.layers.Layer):
     def _reference(self, x, training, mask):
         """The reference convention: `(real, imag)` of the output."""
         dtype = keras.backend.standardize_dtype(x.dtype)
+        q = _tracing.quantize  # the identity outside quantization-aware
 
         def weight(variable):
             return ops.cast(variable, dtype)
@@ -305,7 +306,6 @@ class ComplexBatchNormalization(keras.layers.Layer):
             # moving statistics stay as they are.
             self._update_moving(moving, batch, number > 1, dtype)
         else:
-            q = _tracing.quantize
             real, imag = cx.split(x)  # (B, ..., E) each
             real = q(real - weight(self.moving_mean_real))
             imag = q(imag - weight(self.moving_mean_imag))
@@ -322,7 +322,6 @@ class ComplexBatchNormalization(keras.layers.Layer):
                 )
             real, imag = _mix(real, imag, rr, ri, ir, ii)
         if self.center:
-            q = _tracing.quantize
             real = q(real) + weight(self.bias_real)
             imag = q(imag) + weight(self.bias_imag)
         return real, imag
