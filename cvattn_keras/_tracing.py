@@ -150,21 +150,24 @@ def quantize_concatenated(parts):
     return quantize(ops.concatenate(list(parts), axis=-1))
 
 
-def quantize_kernel(kernel_real, kernel_imag):
+def quantize_kernel(kernel_real, kernel_imag, axis=-1):
     """A complex kernel's parts as an integer file stores them, within
     `quantization_aware`: int8, symmetric, one scale per output channel
-    (the last axis) over both parts (`max |w| / 127`, as the converter
-    quantizes a FULLY_CONNECTED's or CONV_2D's weights, whichever of the
-    block or weights-once forms it stores), with a straight-through
-    gradient; elsewhere the parts themselves."""
+    (`axis`: the last, or a transposed convolution's 2) over both parts
+    (`max |w| / 127`, as the converter quantizes a FULLY_CONNECTED's,
+    CONV_2D's or TRANSPOSE_CONV's weights, whichever of the block or
+    weights-once forms it stores), with a straight-through gradient;
+    elsewhere the parts themselves."""
     if _QUANTIZE.get() is None:
         return kernel_real, kernel_imag
     from keras import ops
 
-    axes = tuple(range(len(kernel_real.shape) - 1))
+    rank = len(kernel_real.shape)
+    axis = axis % rank
+    axes = tuple(a for a in range(rank) if a != axis)
     peak = ops.maximum(
-        ops.max(ops.abs(kernel_real), axis=axes),
-        ops.max(ops.abs(kernel_imag), axis=axes),
+        ops.max(ops.abs(kernel_real), axis=axes, keepdims=True),
+        ops.max(ops.abs(kernel_imag), axis=axes, keepdims=True),
     )
     scale = ops.maximum(peak, 1e-30) / 127.0
 

@@ -8,9 +8,10 @@ layer tracks (its batch's min and max, averaged over training steps),
 with a straight-through gradient. Inside the wrapped layers, in their
 integer formulation (`_tracing.quantization_aware`):
 
-- the complex kernels (`ComplexDense`, `ComplexConv1D`, and the layers
-  built on them) take the file's int8 grid: symmetric, one scale per
-  output channel (`_tracing.quantize_kernel`);
+- the complex kernels (`ComplexDense`, `ComplexConv1D`, `ComplexConv2D`,
+  `ComplexConv2DTranspose`, and the layers built on them) take the file's
+  int8 grid: symmetric, one scale per output channel
+  (`_tracing.quantize_kernel`);
 - `ComplexBatchNormalization` rounds each op of its inference formulation
   (`_tracing.quantize` points, a `FakeQuant` each) and keeps its moving
   statistics (frozen, as the file's constants).
@@ -28,9 +29,10 @@ quantization. So QAT here serves the 8-bit modes (`int8`, `full_int8`);
 `strip(qat_model)` gives back the float model with the trained weights
 (for `to_streaming`, or for the other modes).
 
-Experimental: where a model rounds no tensor the file does not (complex
-kernels and batch norms), its file follows it within 2 quantization steps
-of the output (tests/test_quantization.py); the layer norms and the
+Where a model rounds no tensor the file does not (complex kernels and
+batch norms), its file follows it within 2 quantization steps of the
+output, within one for complex 2-D convolutions
+(tests/test_quantization.py); the layer norms and the
 attention are not rounded op by op yet (fake quantization inside them
 made the converter's scale-sharing ops, concatenation and maximum, fail
 or did not bring the file closer: docs/deploy.md).

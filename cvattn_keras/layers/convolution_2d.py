@@ -179,6 +179,11 @@ class _ComplexConv2DBase(keras.layers.Layer):
         # Explicit casts: some backends' concatenations take no variables.
         kernel_real = ops.cast(self.kernel_real, dtype)
         kernel_imag = ops.cast(self.kernel_imag, dtype)
+        # On the file's int8 grid in quantization-aware training: one
+        # scale per output channel (axis 2 of a transposed kernel).
+        kernel_real, kernel_imag = _tracing.quantize_kernel(
+            kernel_real, kernel_imag, axis=2 if self._transposed else -1
+        )
         kh, kw = self.kernel_size
         channels = kernel_real.shape[3 if self._transposed else 2]
         if _tracing.weights_once():
