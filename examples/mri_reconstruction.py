@@ -46,7 +46,11 @@ every seed), `mri_reconstruction.md` (the tables), the files
 model's name: `mri_transformer` or `complex_unet`),
 and `mri_reconstruction.png` (a test phantom: target, zero-filled and each
 reconstruction; magnitude, error map and phase). With the `examples`
-extra (matplotlib) for the figure.
+extra (matplotlib) for the figure. `--qat EPOCHS` fine-tunes the exported
+model EPOCHS more with quantization-aware training
+(`cvattn_keras.quantization`) and, the control, without, and adds each
+one's full_int8 file to the export table (`--qat-seeds N`: both over N
+seeds, each arm's PSNR mean +- std and their paired difference).
 
 Measured (`python examples/mri_reconstruction.py`, TensorFlow 2.21, a
 shared 2-core CPU: 4 min 22 s in all, 10-30 s to train a model; +- the
@@ -70,6 +74,7 @@ Run:  python examples/mri_reconstruction.py [--acceleration 4 [8]]
           [--seeds 3] [--epochs 6] [--train 384] [--test 128]
           [--models complex_transformer,real_transformer,...]
           [--modes float32,int16x8,full_int8] [--out examples/output]
+          [--qat EPOCHS [--qat-seeds N]]
           [--smoke]
 """
 
@@ -97,6 +102,9 @@ import numpy as np  # noqa: E402
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 import _arguments as arguments  # noqa: E402
+import _stats as stats  # noqa: E402
+from _qat import fine_tuned_copy  # noqa: E402
+from _qat import seeds_summary  # noqa: E402
 
 # name -> (builder, the complex model it is paired with or None, label).
 MODELS = {
@@ -180,6 +188,25 @@ def parse_args(argv=None):
         "--smoke float32,full_int8)",
     )
     parser.add_argument(
+        "--qat",
+        type=positive,
+        default=None,
+        metavar="EPOCHS",
+        help="after export, EPOCHS more of the exported model's training at "
+        "a tenth of the learning rate with quantization-aware training "
+        "(cvattn_keras.quantization) and, the control, without; each one's "
+        "full_int8 file on LiteRT",
+    )
+    parser.add_argument(
+        "--qat-seeds",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="with --qat: both fine-tunings over N seeds (the batches' "
+        "order): each arm's PSNR, mean +- std, and the paired difference "
+        "with its 95%% t interval (default 1)",
+    )
+    parser.add_argument(
         "--out",
         "--output",
         dest="out",
@@ -197,6 +224,8 @@ def parse_args(argv=None):
             setattr(args, name, value)
     if args.acceleration is None:
         args.acceleration = [4.0]
+    if args.qat_seeds != 1 and args.qat is None:
+        parser.error("--qat-seeds goes with --qat")
     if args.modes is None:
         args.modes = modes(
             "float32,full_int8" if args.smoke else ",".join(MODES)
@@ -340,27 +369,11 @@ def predict(model, inputs, batch_size=32):
     )
 
 
-def t_quantile(df):
-    """The 97.5% quantile of Student's t with `df` degrees of freedom
-    (scipy's when installed; a table to 30, 1.96 beyond)."""
-    try:
-        from scipy import stats
-    except ImportError:
-        table = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306)
-        table += (2.262, 2.228) + (2.2,) * 5 + (2.1,) * 15
-        return table[df - 1] if df <= len(table) else 1.96
-    return float(stats.t.ppf(0.975, df))
-
-
 def paired(runs, references, key):
     """The paired difference `runs - references` of `key` over the seeds:
     `(mean, half width of its 95% t interval)`; `None` width for one
     seed."""
-    d = np.array([r[key] for r in runs]) - [r[key] for r in references]
-    if len(d) < 2:
-        return float(d.mean()), None
-    half = t_quantile(len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-    return float(d.mean()), float(half)
+    return stats.paired([r[key] for r in runs], [r[key] for r in references])
 
 
 def summarize(runs):
@@ -494,6 +507,70 @@ def export(model, args, calibration, test_inputs, test, keras_prediction):
             f"{row['latency_ms']:.2f} ms per image"
         )
     return rows, keras_scores, export_onnx(model, args, test_inputs)
+
+
+def qat_rows(model, args, calibration, train_data, test_inputs, test):
+    """--qat: `args.qat` more epochs of `model`'s training at a tenth of
+    its learning rate, with quantization-aware training (the ranges
+    calibrated on `calibration` first) and, the control, without
+    (`_qat.fine_tuned_copy`), for each of `--qat-seeds` seeds (the
+    batches' order); each one's full_int8 file (calibrated on
+    `calibration`) on LiteRT over the test set. Returns the first seed's
+    rows (`export_table`'s) and each arm's PSNR by seed."""
+    rows, by_seed = [], {}
+    inputs, data = train_data
+    for k in range(args.qat_seeds):
+        for label, quantize in (("fine-tuned", False), ("QAT", True)):
+            copy = fine_tuned_copy(
+                model,
+                quantize,
+                calibration,
+                compile_args=dict(
+                    optimizer=keras.optimizers.Adam(args.learning_rate / 10),
+                    loss="mse",
+                    jit_compile=False,
+                    run_eagerly=args.smoke,
+                ),
+                fit_args=dict(
+                    x=inputs,
+                    y=data.image,
+                    batch_size=args.batch_size,
+                    epochs=args.qat,
+                    shuffle=True,
+                ),
+                seed=k,
+            )
+            stem = "qat" if quantize else "finetuned"
+            path = os.path.join(args.out, f"{model.name}_{stem}_full_int8")
+            path += ".tflite" if k == 0 else f"_seed{k}.tflite"
+            cvk.export.export_tflite(
+                copy,
+                path,
+                quantization="full_int8",
+                representative_data=calibration,
+            )
+            got = cvk.export.predict_tflite(path, copy, test_inputs, 16)
+            row = scores(test, got)
+            by_seed.setdefault(label, []).append(row["psnr"])
+            print(f"  {label} (seed {k}): full_int8 PSNR {row['psnr']:.2f} dB")
+            if k > 0:
+                os.remove(path)  # the later seeds: their scores only
+                continue
+            report = cvk.export.verify_tflite(
+                path, copy, [x[:1] for x in test_inputs]
+            )
+            row.update(
+                mode=f"{label} {args.qat} epochs, full_int8",
+                path=path,
+                size_kib=report.size_bytes / 1024,
+                builtin_only=bool(report.builtin_only),
+                max_abs_error=float(
+                    np.max(np.abs(got - predict(copy, test_inputs)))
+                ),
+                latency_ms=report.median_latency_ms,
+            )
+            rows.append(row)
+    return rows, by_seed
 
 
 def export_onnx(model, args, test_inputs):
@@ -733,7 +810,27 @@ def main(argv=None):
                 if integer
                 else None,
             )
-            exported = export_table(rows, keras_scores, onnx, name)
+            if args.qat is not None:
+                train_data = load(
+                    "train", args.train, args.acceleration[0], args, seed
+                )
+                qat, by_seed = qat_rows(
+                    model, args, calibration, train_data, test_inputs, test
+                )
+                for row in qat:
+                    row["psnr_change"] = row["psnr"] - keras_scores["psnr"]
+                output["exported"]["qat"] = dict(rows=qat, psnr=by_seed)
+            exported = export_table(
+                rows + output["exported"].get("qat", {}).get("rows", []),
+                keras_scores,
+                onnx,
+                name,
+            )
+            if args.qat is not None:
+                exported += "\n\n" + seeds_summary(
+                    by_seed, "full_int8 files, test PSNR (dB)",
+                    keras_scores["psnr"], digits=3,
+                )  # fmt: skip
             print("\n" + exported)
             markdown.append(exported)
     if figure_data is not None:

@@ -95,6 +95,9 @@ import numpy as np  # noqa: E402
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 import _arguments as arguments  # noqa: E402
+from _qat import fine_tuned_copy  # noqa: E402
+from _stats import mean_std  # noqa: E402
+from _stats import paired  # noqa: E402
 
 MODELS = ("complex", "real", "cnn")
 MODES = {"float32": None, "float16": "float16", "full_int8": "full_int8"}
@@ -292,41 +295,6 @@ def confusion(predicted, frames, classes):
     return matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
 
 
-# Student's t, 97.5% quantiles for 1 ... 30 degrees of freedom (scipy's
-# are used when it is installed).
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
-T_975 += (2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101)
-T_975 += (2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052)
-T_975 += (2.048, 2.045, 2.042)
-
-
-def t_quantile(df):
-    try:
-        from scipy import stats
-    except ImportError:
-        # Beyond 30 degrees of freedom the normal's 1.96 is within 2%.
-        return T_975[df - 1] if df <= len(T_975) else 1.96
-    return float(stats.t.ppf(0.975, df))
-
-
-def paired(values, references):
-    """Mean of `values - references` (paired by seed) and the half width
-    of its 95% t interval (`None` for one seed)."""
-    d = np.asarray(values) - np.asarray(references)
-    if len(d) < 2:
-        return float(d.mean()), None
-    half = t_quantile(len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-    return float(d.mean()), float(half)
-
-
-def mean_std(values):
-    """Mean and sample std (ddof=1; `None` for one seed)."""
-    values = np.asarray(values, float)
-    if len(values) < 2:
-        return float(values.mean()), None
-    return float(values.mean()), float(values.std(ddof=1))
-
-
 def percent(pair):
     """`mean ± std` in percent (the mean alone for one seed)."""
     mean, std = pair
@@ -370,30 +338,33 @@ def export_rows(name, model, args, x_train, x_test, test, modes=None):
     return rows
 
 
-def qat_rows(name, model, args, x_train, y_train, x_test, test):
+def qat_rows(name, model, args, x_train, y_train, x_test, test, seed):
     """--qat: `args.qat` more epochs at a tenth of the learning rate with
     quantization-aware training (the ranges calibrated on 256 training
-    frames first) and, the control, without; each one's full_int8 file
-    (calibrated as the post-training one), one row each."""
+    frames first) and, the control, without (`_qat.fine_tuned_copy`, the
+    model's training `seed`); each one's full_int8 file (calibrated as the
+    post-training one), one row each."""
     rows = []
     for label, quantize in (("fine-tuned", False), ("QAT", True)):
-        copy = keras.models.clone_model(model)
-        copy.set_weights(model.get_weights())
-        if quantize:
-            copy = cvk.quantization.quantize_model(copy)
-            cvk.quantization.calibrate(copy, x_train[:256])
-        copy.compile(
-            keras.optimizers.Adam(args.learning_rate / 10),
-            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            run_eagerly=args.run_eagerly,
-        )
-        copy.fit(
-            x_train,
-            y_train,
-            epochs=args.qat,
-            batch_size=args.batch_size,
-            verbose=2,
-            shuffle=True,
+        copy = fine_tuned_copy(
+            model,
+            quantize,
+            x_train[:256],
+            compile_args=dict(
+                optimizer=keras.optimizers.Adam(args.learning_rate / 10),
+                loss=keras.losses.SparseCategoricalCrossentropy(
+                    from_logits=True
+                ),
+                run_eagerly=args.run_eagerly,
+            ),
+            fit_args=dict(
+                x=x_train,
+                y=y_train,
+                epochs=args.qat,
+                batch_size=args.batch_size,
+                shuffle=True,
+            ),
+            seed=seed,
         )
         file = f"{name}_{label.replace('-', '').lower()}"
         for row in export_rows(
@@ -798,6 +769,7 @@ def main(argv=None):
                 train_set.labels,
                 inputs_of(name, test_set),
                 test_set,
+                target["seed"],
             )
         exported += [dict(r, model=name, seed=target["seed"]) for r in rows]
         lines += [

@@ -49,6 +49,9 @@ and writes its int8 and full_int8 files (`music_classifier_qat_MODE
 `music_classifier_qat_stream_full_int8.tflite`), beside a control that
 fine-tunes the float model as long without fake quantization
 (`music_classifier_finetuned_MODE.tflite`): the table `qat_modes.md`.
+`--qat-seeds N` repeats both over N seeds (the batches' order) and adds
+each arm's full_int8 AP, mean +- std, and their paired difference with
+its 95% t interval.
 
 The model is the paper's architecture (`--size paper`: exactly the
 reference's, trained with its recipe: Adam 1e-4, batch 35, BCE with logits,
@@ -59,7 +62,7 @@ Run:  python examples/train_music.py [--softmax real] [--product inner]
           [--epochs N] [--size small|paper] [--input waveform|spectra]
           [--data scores|MUSICNET.npz]
           [--output examples/output] [--modes float32,...|all|none] [--smoke]
-          [--streaming W [--frame-step N]] [--qat EPOCHS]
+          [--streaming W [--frame-step N]] [--qat EPOCHS [--qat-seeds N]]
 
 It ends with a table of the TFLite files of every quantization mode
 (`--modes`): file size, weight data, the held-out AP measured on the LiteRT
@@ -70,6 +73,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -88,6 +92,8 @@ import numpy as np  # noqa: E402
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 import _arguments as arguments  # noqa: E402
+from _qat import fine_tuned_copy  # noqa: E402
+from _qat import seeds_summary  # noqa: E402
 
 SIZES = {
     # The reference architecture scaled down to the 128 bins of the default
@@ -212,6 +218,15 @@ def parse_args(argv=None):
         "without fake quantization",
     )
     parser.add_argument(
+        "--qat-seeds",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="with --qat: the QAT and control fine-tuning repeated over N "
+        "seeds (the batches' order): each arm's full_int8 AP, mean +- std, "
+        "and the paired difference with its 95%% t interval (default 1)",
+    )
+    parser.add_argument(
         "--streaming",
         type=arguments.int_at_least(1, "a window of frames"),
         default=None,
@@ -233,6 +248,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.frame_step is not None and args.streaming is None:
         parser.error("--frame-step goes with --streaming")
+    if args.qat_seeds != 1 and args.qat is None:
+        parser.error("--qat-seeds goes with --qat")
     if args.modes is None:
         args.modes = modes("float32,full_int8" if args.smoke else "all")
     musicnet = args.data not in (None, "scores")
@@ -497,41 +514,53 @@ def qat_runs(model, args, x, y, x_test, y_test, keras_ap):
     """--qat: `--qat` epochs of quantization-aware training from the
     trained model (a tenth of its learning rate), and the same fine-tuning
     without fake quantization (the control: what the extra epochs alone
-    give); each one's int8 and full_int8 files (those of `--modes`, or
-    full_int8 alone), one row per mode, and the QAT model's float model
-    (`quantization.strip`, for the stream)."""
-    rows = []
-    trained = {}
-    for label, quantize in (("fine-tuned ", False), ("QAT ", True)):
-        copy = keras.models.clone_model(model)
-        copy.set_weights(model.get_weights())
-        if quantize:
-            copy = cvk.quantization.quantize_model(copy)
-            # The ranges from data before the first step (not the
-            # quantizers' initial [-6, 6]).
-            cvk.quantization.calibrate(copy, x[:128])
-        copy.compile(
-            optimizer=keras.optimizers.Adam(args.learning_rate / 10),
-            loss=keras.losses.BinaryCrossentropy(from_logits=True),
-            metrics=[cvk.metrics.MicroAveragedPrecision()],
-            run_eagerly=args.smoke,
-        )
-        copy.fit(
-            x,
-            y,
-            epochs=args.qat,
-            batch_size=args.batch_size,
-            verbose="auto" if sys.stdout.isatty() and not args.smoke else 2,
-        )
-        _, ap = copy.evaluate(x_test, y_test, verbose=0)
-        print(f"{label}model: held-out AP {ap:.3f} in Keras")
-        name = "_qat" if quantize else "_finetuned"
-        modes = [m for m in args.modes if m in QAT_MODES] or ["full_int8"]
-        rows += tflite_modes(
-            copy, args, x, x_test, y_test, keras_ap, modes, name, label
-        )
-        trained[label.strip()] = copy
-    return rows, cvk.quantization.strip(trained["QAT"])
+    give), `_qat.fine_tuned_copy`, for each of `--qat-seeds` seeds (the
+    batches' order). The first seed's int8 and full_int8 files (those of
+    `--modes`, or full_int8 alone), one row per mode; every seed's
+    last mode's AP of each arm (`{label: [AP by seed]}`, the later seeds'
+    files in a temporary folder); and the first seed's QAT model's float
+    model (`quantization.strip`, for the stream)."""
+    rows, by_seed, stripped = [], {}, None
+    modes = [m for m in args.modes if m in QAT_MODES] or ["full_int8"]
+    for k in range(args.qat_seeds):
+        for label, quantize in (("fine-tuned ", False), ("QAT ", True)):
+            copy = fine_tuned_copy(
+                model,
+                quantize,
+                x[:128],
+                compile_args=dict(
+                    optimizer=keras.optimizers.Adam(args.learning_rate / 10),
+                    loss=keras.losses.BinaryCrossentropy(from_logits=True),
+                    metrics=[cvk.metrics.MicroAveragedPrecision()],
+                    run_eagerly=args.smoke,
+                ),
+                fit_args=dict(
+                    x=x,
+                    y=y,
+                    epochs=args.qat,
+                    batch_size=args.batch_size,
+                ),
+                seed=args.seed + k,
+            )
+            _, ap = copy.evaluate(x_test, y_test, verbose=0)
+            print(f"{label}model (seed {args.seed + k}): AP {ap:.3f} in Keras")
+            name = "_qat" if quantize else "_finetuned"
+            with tempfile.TemporaryDirectory() as folder:
+                # The later seeds' files: their AP only.
+                where = (
+                    args
+                    if k == 0
+                    else argparse.Namespace(**{**vars(args), "output": folder})
+                )
+                seed_rows = tflite_modes(
+                    copy, where, x, x_test, y_test, keras_ap,
+                    modes if k == 0 else modes[-1:], name, label,
+                )  # fmt: skip
+            rows += seed_rows if k == 0 else []
+            by_seed.setdefault(label.strip(), []).append(seed_rows[-1]["ap"])
+            if quantize and k == 0:
+                stripped = cvk.quantization.strip(copy)
+    return rows, by_seed, stripped
 
 
 # ----------------------------------------------------------------------
@@ -794,15 +823,19 @@ def main(argv=None):
             f.write(table + "\n")
     stripped = None
     if args.qat is not None:
-        rows, stripped = qat_runs(model, args, x, y, x_test, y_test, ap)
+        rows, by_seed, stripped = qat_runs(
+            model, args, x, y, x_test, y_test, ap
+        )
         table = format_modes(rows)
+        mode = rows[-1]["mode"].split()[-1]
+        seeds = seeds_summary(by_seed, f"{mode} files, held-out AP", ap)
         print(
             f"\nAfter {args.qat} more epoch(s), with and without "
             f"quantization-aware training, held-out AP on LiteRT (vs the "
-            f"float model's {ap:.3f}):\n{table}"
+            f"float model's {ap:.3f}):\n{table}\n\n{seeds}"
         )
         with open(os.path.join(args.output, "qat_modes.md"), "w") as f:
-            f.write(table + "\n")
+            f.write(f"{table}\n\n{seeds}\n")
     if args.streaming is not None:
         rows, stream = streaming_files(model, args, x, x_test, y_test, ap)
         if stripped is not None:

@@ -54,8 +54,12 @@ def _models():
 def test_smoke_run_writes_finite_results(tmp_path):
     main = runpy.run_path(EXAMPLE)["main"]
     models = _models()
+    # --qat on TensorFlow only (its files convert in a subprocess on the
+    # other backends: 10 s each).
+    tensorflow = keras.backend.backend() == "tensorflow"
     returned = main(
         ["--smoke", "--out", str(tmp_path), "--models", ",".join(models)]
+        + (["--qat", "1"] if tensorflow else [])
     )
     output = json.loads((tmp_path / "mri_reconstruction.json").read_text())
     assert output["results"] == json.loads(json.dumps(returned["results"]))
@@ -101,6 +105,24 @@ def test_smoke_run_writes_finite_results(tmp_path):
         assert "onnx" in onnx["skipped"]
     else:
         assert onnx["max_rel_error"] < 1e-4 and os.path.getsize(onnx["path"])
+    if tensorflow:
+        # --qat 1: the control and the QAT model, a full_int8 file each,
+        # scored on LiteRT beside the post-training file.
+        qat = exported["qat"]
+        assert [r["mode"] for r in qat["rows"]] == [
+            "fine-tuned 1 epochs, full_int8",
+            "QAT 1 epochs, full_int8",
+        ]
+        for row in qat["rows"]:
+            assert row["builtin_only"] and os.path.getsize(row["path"]) > 0
+            assert _finite(*(row[k] for k in METRICS), row["psnr_change"])
+        assert {k: len(v) for k, v in qat["psnr"].items()} == {
+            "fine-tuned": 1,
+            "QAT": 1,
+        }
+        table = (tmp_path / "mri_reconstruction.md").read_text()
+        assert "| TFLite QAT 1 epochs, full_int8 |" in table
+        assert "QAT - fine-tuned, paired by seed" in table
     assert (tmp_path / "mri_reconstruction.png").stat().st_size > 0
     assert "complex - real" in (tmp_path / "mri_reconstruction.md").read_text()
 

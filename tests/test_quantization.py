@@ -501,25 +501,35 @@ def test_file_follows_a_model_it_rounds_everywhere(tmp_path, convention):
 @pytest.mark.tensorflow_only
 @pytest.mark.slow
 def test_train_music_qat_smoke(tmp_path, capsys):
-    """`train_music.py --qat 1`: a control fine-tuned without fake
-    quantization and the QAT model, each as a full_int8 file (the only
-    calibrated mode asked for: none, so full_int8 alone), scored on
-    LiteRT in qat_modes.md; the files exist and hold no float input."""
+    """`train_music.py --qat 1 --qat-seeds 2`: a control fine-tuned without
+    fake quantization and the QAT model, each as a full_int8 file (the
+    only calibrated mode asked for: none, so full_int8 alone), scored on
+    LiteRT in qat_modes.md, with each arm's AP over the two seeds and
+    their paired difference; the first seed's files exist and hold no
+    float input."""
     from ai_edge_litert.interpreter import Interpreter
 
     examples = os.path.join(os.path.dirname(__file__), "..", "examples")
     main = runpy.run_path(os.path.join(examples, "train_music.py"))["main"]
     main(
-        ["--smoke", "--qat", "1", "--modes", "float32"]
+        ["--smoke", "--qat", "1", "--qat-seeds", "2", "--modes", "float32"]
         + ["--output", str(tmp_path)]
     )
     out = capsys.readouterr().out
-    assert "QAT model: held-out AP" in out
-    rows = (tmp_path / "qat_modes.md").read_text().splitlines()[2:]
+    assert "QAT model (seed 1): AP" in out
+    lines = (tmp_path / "qat_modes.md").read_text().splitlines()
+    rows = [line for line in lines if line.startswith("|")][2:]
     names = [row.split("|")[1].strip() for row in rows]
     assert names == ["fine-tuned full_int8", "QAT full_int8"]
     for row in rows:
         assert 0 <= float(row.split("|")[4]) <= 1, row
+    summary = lines[len(rows) + 3 :]
+    assert summary[0].startswith("full_int8 files, held-out AP over 2 seed")
+    for line, label in zip(summary[1:3], ("fine-tuned", "QAT")):
+        mean, std = line.split(":")[1].split("+-")
+        assert line.strip().startswith(label)
+        assert 0 <= float(mean) <= 1 and float(std) >= 0, line
+    assert "paired by seed" in summary[3] and "95% t interval" in summary[3]
     for name in ("finetuned", "qat"):
         path = tmp_path / f"music_classifier_{name}_full_int8.tflite"
         details = Interpreter(model_path=str(path)).get_input_details()
