@@ -79,6 +79,8 @@ import numpy as np  # noqa: E402
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 import _arguments as arguments  # noqa: E402
+from _qat import fine_tuned_copy  # noqa: E402
+from _qat import seeds_summary  # noqa: E402
 
 MODELS = ("complex", "magnitude", "real")
 MODES = {
@@ -132,8 +134,28 @@ def parse(argv):
         type=arguments.output_folder,
         default=os.path.join("examples", "output", "denoise"),
     )
+    parser.add_argument(
+        "--qat",
+        type=positive,
+        default=None,
+        metavar="EPOCHS",
+        help="after the streams, EPOCHS more of the first complex model's "
+        "training at a tenth of the learning rate, with quantization-aware "
+        "training (cvattn_keras.quantization) and, the control, without; "
+        "each one's full_int8 stream file, scored hop by hop",
+    )
+    parser.add_argument(
+        "--qat-seeds",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="with --qat: both fine-tunings over N seeds: each arm's SI-SDR "
+        "and PESQ, mean +- std, and the paired differences (default 1)",
+    )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
+    if args.qat_seeds != 1 and args.qat is None:
+        parser.error("--qat-seeds goes with --qat")
     if args.smoke:
         args.seeds, args.epochs = 2, 1
         args.train_examples, args.test_examples = 8, 2
@@ -432,9 +454,9 @@ def figure(path, clean, noisy, enhanced):
 # ----------------------------------------------------------------------
 
 
-def export_streams(model, train_data, args):
-    """The first seed's complex model as streaming files, one per mode,
-    each run hop by hop over the test mixtures."""
+def export_streams(model, train_data, args, modes=None, name="stream"):
+    """The first seed's complex model as streaming files, one per mode
+    (`--modes`, or `modes`), `speech_enhancer_{name}[_MODE].tflite`."""
     stream = cvk.streaming.to_streaming(model)
     step = model.get_layer("stft").frame_step
     length = frame_length(model)
@@ -443,11 +465,11 @@ def export_streams(model, train_data, args):
         stream, stream_hops(train_data.noisy[:count], step, length)
     )
     files = {}
-    for mode in args.modes:
+    for mode in args.modes if modes is None else modes:
         quantization = MODES[mode]
         suffix = "" if quantization is None else f"_{mode}"
         path = os.path.join(
-            args.output, f"speech_enhancer_stream{suffix}.tflite"
+            args.output, f"speech_enhancer_{name}{suffix}.tflite"
         )
         cvk.export.export_tflite(
             stream,
@@ -459,6 +481,95 @@ def export_streams(model, train_data, args):
         )
         files[mode] = path
     return stream, files
+
+
+def stream_scores(model, stream, path, test, args):
+    """A stream file run hop by hop over the test mixtures: its scores,
+    size and time a hop."""
+    step = model.get_layer("stft").frame_step
+    streamed, seconds = run_file(
+        path, test.noisy, step, frame_length(model), stream.warmup_steps
+    )
+    score = scores(
+        test.clean, streamed, test.snr, args.dnsmos_examples, test.noise_kind
+    )
+    return dict(
+        file=os.path.basename(path),
+        kib=os.path.getsize(path) / 1024,
+        hop_ms=1000 * seconds,
+        real_time_factor=seconds * SAMPLE_RATE / step,
+        scores=score,
+    )
+
+
+def qat_streams(model, train_data, test, args):
+    """--qat: `--qat` more epochs of `model` at a tenth of the learning
+    rate with quantization-aware training and, the control, without
+    (`_qat.fine_tuned_copy`, for each of `--qat-seeds` seeds); each one's
+    float model (`quantization.strip` for QAT: a stream is built from the
+    library's layers) streamed and exported in full_int8, calibrated as
+    the post-training stream file. Returns the first seed's rows
+    (`{label: stream_scores}`) and each arm's SI-SDR and PESQ by seed."""
+    rows, by_seed = {}, {"si_sdr": {}, "pesq": {}}
+    for k in range(args.qat_seeds):
+        for label, quantize in (("fine-tuned", False), ("QAT", True)):
+            copy = fine_tuned_copy(
+                model,
+                quantize,
+                train_data.noisy[:128],
+                compile_args=dict(
+                    optimizer=keras.optimizers.Adam(
+                        args.learning_rate / 10, clipnorm=1.0
+                    ),
+                    loss=cvk.models.SpeechEnhancementLoss(),
+                    jit_compile=not args.smoke,
+                    run_eagerly=args.smoke,
+                ),
+                fit_args=dict(
+                    x=train_data.noisy,
+                    y=train_data.clean,
+                    batch_size=args.batch_size,
+                    epochs=args.qat,
+                    shuffle=True,
+                ),
+                seed=k,
+            )
+            trained = cvk.quantization.strip(copy) if quantize else copy
+            name = f"{'qat' if quantize else 'finetuned'}_stream"
+            stream, files = export_streams(
+                trained, train_data, args, ["full_int8"], name
+            )
+            row = stream_scores(trained, stream, files["full_int8"], test, args)
+            for key in by_seed:
+                by_seed[key].setdefault(label, []).append(row["scores"][key])
+            print(
+                f"{label} seed {k}: stream full_int8 SI-SDR "
+                f"{row['scores']['si_sdr']:.2f} dB, PESQ "
+                f"{row['scores']['pesq']:.3f}"
+            )
+            if k == 0:
+                rows[f"{label} {args.qat} epochs, full_int8"] = row
+    return rows, by_seed
+
+
+def qat_report(result):
+    """--qat's lines: each arm's full_int8 stream SI-SDR and PESQ over the
+    seeds and their paired difference, beside the float32 stream file's
+    (the float model; the first complex model offline without it) and
+    the post-training full_int8 stream file's."""
+    streams = result.get("streams", {})
+    base = streams.get("float32", result["runs"]["complex"][0])["scores"]
+    post = streams.get("full_int8", {}).get("scores")
+    lines = []
+    for key, what in (("si_sdr", "SI-SDR (dB)"), ("pesq", "PESQ")):
+        also = "" if post is None else (
+            f"; the post-training full_int8 stream: {post[key]:.3f}"
+        )  # fmt: skip
+        lines += ["", seeds_summary(
+            result["qat"][key], f"full_int8 stream files, test {what}{also},",
+            base[key], digits=3,
+        )]  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
@@ -547,36 +658,23 @@ def main(argv=None):
         )
         if args.modes:
             stream, files = export_streams(model, train_data, args)
-            step = model.get_layer("stft").frame_step
             result["streams"] = {}
             for mode, path in files.items():
-                streamed, seconds = run_file(
-                    path,
-                    test.noisy,
-                    step,
-                    frame_length(model),
-                    stream.warmup_steps,
-                )
-                score = scores(
-                    test.clean,
-                    streamed,
-                    test.snr,
-                    args.dnsmos_examples,
-                    test.noise_kind,
-                )
-                result["streams"][mode] = dict(
-                    file=os.path.basename(path),
-                    kib=os.path.getsize(path) / 1024,
-                    hop_ms=1000 * seconds,
-                    real_time_factor=seconds * SAMPLE_RATE / step,
-                    scores=score,
-                )
+                row = stream_scores(model, stream, path, test, args)
+                result["streams"][mode] = row
                 print(
-                    f"stream {mode}: {os.path.getsize(path) / 1024:.0f} KiB, "
-                    f"{1000 * seconds:.2f} ms a hop, SI-SDR "
-                    f"{score['si_sdr']:.2f} dB, PESQ {score['pesq']:.3f}"
+                    f"stream {mode}: {row['kib']:.0f} KiB, "
+                    f"{row['hop_ms']:.2f} ms a hop, SI-SDR "
+                    f"{row['scores']['si_sdr']:.2f} dB, PESQ "
+                    f"{row['scores']['pesq']:.3f}"
                 )
+        if args.qat is not None:
+            rows, by_seed = qat_streams(model, train_data, test, args)
+            result.setdefault("streams", {}).update(rows)
+            result["qat"] = by_seed
     report = tables(result)
+    if "qat" in result:
+        report += qat_report(result)
     with open(os.path.join(args.output, "denoise.md"), "w") as f:
         f.write(report)
     with open(os.path.join(args.output, "denoise.json"), "w") as f:

@@ -107,3 +107,39 @@ def test_denoise_refuses_an_output_that_is_a_file(tmp_path, capsys):
         _main()(["--output", str(path)])
     assert exit_info.value.code == 2
     assert "--output" in capsys.readouterr().err
+
+
+def test_denoise_qat_smoke(tmp_path):
+    """--qat 1: the first complex model fine-tuned with and without
+    quantization-aware training, each one's full_int8 stream file scored
+    hop by hop, each arm's SI-SDR and PESQ by seed with their paired
+    difference (over several seeds: test_quantization.py's music smoke)."""
+    _speech_or_skip()
+    out = tmp_path / "denoise"
+    code = _main()(
+        ["--smoke", "--output", str(out), "--models", "complex"]
+        + ["--seeds", "1", "--modes", "float32,full_int8", "--qat", "1"]
+        + ["--dnsmos-examples", "0"]
+    )
+    assert code == 0
+    result = json.loads((out / "denoise.json").read_text())
+    assert list(result["streams"]) == [
+        "float32",
+        "full_int8",
+        "fine-tuned 1 epochs, full_int8",
+        "QAT 1 epochs, full_int8",
+    ]
+    for name in ("finetuned", "qat"):
+        assert (
+            out / f"speech_enhancer_{name}_stream_full_int8.tflite"
+        ).exists()
+    for key in ("si_sdr", "pesq"):
+        by_seed = result["qat"][key]
+        assert {k: len(v) for k, v in by_seed.items()} == {
+            "fine-tuned": 1,
+            "QAT": 1,
+        }
+        assert np.isfinite(by_seed["QAT"] + by_seed["fine-tuned"]).all()
+    table = (out / "denoise.md").read_text()
+    assert "| complex, seed 0, stream file QAT 1 epochs, full_int8" in table
+    assert table.count("QAT - fine-tuned, paired by seed") == 2
