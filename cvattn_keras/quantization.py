@@ -334,13 +334,20 @@ class QuantizeWrapper(keras.layers.Wrapper):
 
 def _has_points(layer):
     """Whether `layer` (or a layer inside it) calls `_tracing.quantize`:
-    only `ComplexBatchNormalization` does so far."""
+    the batch norm, the front end, the transformer blocks."""
     from cvattn_keras.layers.batch_normalization import (
         ComplexBatchNormalization,
     )
+    from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
+    from cvattn_keras.layers.transformer import _ComplexTransformerBlock
 
+    kinds = (
+        ComplexBatchNormalization,
+        ComplexFrequencyFrontEnd,
+        _ComplexTransformerBlock,
+    )
     return any(
-        isinstance(inner, ComplexBatchNormalization)
+        isinstance(inner, kinds)
         for inner in layer._flatten_layers(include_self=True)
     )
 

@@ -218,10 +218,17 @@ class ComplexFrequencyFrontEnd(keras.layers.Layer):
                 x = conv.call_columns(cx.reshape_tail(image, 2, (3, 1)))
             else:
                 x = conv(x)
+            # Quantization-aware training rounds the tensors an integer
+            # file quantizes here: each convolution's output and each
+            # activation's but the last (whose range is the layer's
+            # output's: a transpose, reshape and concatenation follow).
+            x = _tracing.quantize(x)
             step_mask = None
             if keep is not None:
                 step_mask = ops.repeat(keep, x.shape[1], axis=1)
             x = self._activation(norm(x, training=training, mask=step_mask))
+            if i < len(self.convolutions) - 1:
+                x = _tracing.quantize(x)
         # (B T, L, 2C) -> channel-major (B T, C L) per part -> (B, T, 2CL).
         length, channels = x.shape[1], self.filters[-1]
         parts = [

@@ -2,6 +2,7 @@
 
 import keras
 
+from cvattn_keras import _tracing
 from cvattn_keras import _validation as check
 from cvattn_keras import attention as core
 from cvattn_keras import initializers as cinit
@@ -279,15 +280,20 @@ class _ComplexTransformerBlock(keras.layers.Layer):
         """`norm(x + sublayer(x))` (post-norm, the reference) or
         `x + sublayer(norm(x))` (pre-norm). `sublayer` may return
         `(output, scores)`; the scores are passed through."""
-        result = sublayer(norm(x) if self.norm_first else x)
+        # Quantization-aware training rounds the norm's output, the
+        # sublayer's and the residual sum, as an integer file does
+        # (`_tracing.quantize`).
+        quantize = _tracing.quantize
+        result = sublayer(quantize(norm(x)) if self.norm_first else x)
         output, scores = result if isinstance(result, tuple) else (result, None)
-        x = x + output
-        return (x if self.norm_first else norm(x)), scores
+        x = quantize(x + quantize(output))
+        return (x if self.norm_first else quantize(norm(x))), scores
 
     def _feedforward(self, x, training):
-        x = self.feedforward_activation(self.feedforward_in(x))
+        x = _tracing.quantize(self.feedforward_in(x))
+        x = _tracing.quantize(self.feedforward_activation(x))
         x = self.feedforward_dropout(x, training=training)
-        return self.feedforward_out(x)
+        return self.feedforward_out(x)  # a point: `_residual` rounds it
 
     def _feedforward_residual(self, x, training):
         """The last sublayer: the feed-forward network in its residual."""
