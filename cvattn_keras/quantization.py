@@ -14,7 +14,11 @@ integer formulation (`_tracing.quantization_aware`):
   (`_tracing.quantize_kernel`);
 - `ComplexBatchNormalization` rounds each op of its inference formulation
   (`_tracing.quantize` points, a `FakeQuant` each) and keeps its moving
-  statistics (frozen, as the file's constants).
+  statistics (frozen, as the file's constants);
+- `ComplexFrequencyFrontEnd` rounds each convolution's output and each
+  activation's but the last; the transformer blocks each norm's output,
+  each sublayer's output and residual sum, and the feed-forward's hidden
+  layer and activation.
 
 Trained a few epochs so, the weights learn to live with the rounding that
 an integer file applies at those points.
@@ -23,8 +27,8 @@ an integer file applies at those points.
 representative_data=...)` then writes a file whose tensors at the fake
 quantization points take the learned ranges (TensorFlow's converter reads
 them from the `FakeQuantWithMinMaxVars` ops); the other tensors inside a
-layer (a complex product's parts, attention scores, a layer norm's
-statistics) are calibrated on `representative_data`, as in post-training
+layer (the attention's scores and softmax, a layer norm's statistics)
+are calibrated on `representative_data`, as in post-training
 quantization. So QAT here serves the 8-bit modes (`int8`, `full_int8`);
 `strip(qat_model)` gives back the float model with the trained weights
 (for `to_streaming`, or for the other modes).
@@ -32,10 +36,12 @@ quantization. So QAT here serves the 8-bit modes (`int8`, `full_int8`);
 Where a model rounds no tensor the file does not (complex kernels and
 batch norms), its file follows it within 2 quantization steps of the
 output, within one for complex 2-D convolutions
-(tests/test_quantization.py); the layer norms and the
-attention are not rounded op by op yet (fake quantization inside them
-made the converter's scale-sharing ops, concatenation and maximum, fail
-or did not bring the file closer: docs/deploy.md).
+(tests/test_quantization.py); a transformer's within a few steps on
+average and dozens at worst (benchmarks/qat_gap.py, docs/deploy.md): the
+layer norms' statistics and the attention's scores and softmax are not
+rounded yet (fake quantization on a norm's every op made the
+converter's scale-sharing ops, concatenation and maximum, fail, or did
+not bring the file closer while the statistics stayed unrounded).
 """
 
 import keras

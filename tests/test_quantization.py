@@ -219,6 +219,22 @@ def _bn_model(convention):
     return model
 
 
+def _file_error_in_steps(qat, data, tmp_path):
+    """|file - QAT model| of a QAT model's full_int8 file (calibrated on
+    `data`) on `data`, one sample a call, in steps of the output's int8
+    grid (the last wrapper's output range)."""
+    path = str(tmp_path / "qat.tflite")
+    cvk.export.export_tflite(
+        qat, path, quantization="full_int8", representative_data=data
+    )
+    got = np.asarray(cvk.export.predict_tflite(path, qat, data, batch_size=1))
+    want = keras.ops.convert_to_numpy(qat(data))
+    last = qat.layers[-1].output_quantizers[0]
+    low = min(float(last.range_min), 0.0)
+    step = (max(float(last.range_max), 0.0) - low) / 255
+    return np.abs(got - want) / step
+
+
 def test_kernels_take_the_files_per_channel_grid():
     """Within `quantization_aware`, a complex kernel's parts are rounded
     to int8 symmetric levels with one scale per output channel over both
@@ -484,16 +500,7 @@ def test_file_follows_a_model_it_rounds_everywhere(tmp_path, convention):
     qat = cq.quantize_model(_bn_model(convention))
     x = _data(count=64).astype("float32")
     cq.calibrate(qat, x)
-    path = str(tmp_path / "qat.tflite")
-    cvk.export.export_tflite(
-        qat, path, quantization="full_int8", representative_data=x
-    )
-    got = np.asarray(cvk.export.predict_tflite(path, qat, x, batch_size=1))
-    want = keras.ops.convert_to_numpy(qat(x))
-    last = qat.layers[-1].output_quantizers[0]
-    low = min(float(last.range_min), 0.0)
-    step = (max(float(last.range_max), 0.0) - low) / 255
-    error = np.abs(got - want) / step
+    error = _file_error_in_steps(qat, x, tmp_path)
     assert error.max() <= 2.01
     assert (error > 1.01).mean() <= 0.02
 
@@ -554,16 +561,8 @@ def test_file_follows_a_2d_convolution_model_within_one_step(tmp_path):
     data = np.random.default_rng(0).normal(size=(64, 8, 8, 4))
     data = data.astype("float32")
     cq.calibrate(qat, data)
-    path = str(tmp_path / "qat.tflite")
-    cvk.export.export_tflite(
-        qat, path, quantization="full_int8", representative_data=data
-    )
-    got = np.asarray(cvk.export.predict_tflite(path, qat, data, batch_size=1))
-    want = keras.ops.convert_to_numpy(qat(data))
-    last = qat.layers[-1].output_quantizers[0]
-    low = min(float(last.range_min), 0.0)
-    step = (max(float(last.range_max), 0.0) - low) / 255
-    assert np.abs(got - want).max() / step <= 1.01
+    error = _file_error_in_steps(qat, data, tmp_path)
+    assert error.max() <= 1.01
 
 
 def test_front_end_and_encoder_round_their_inner_tensors():
@@ -625,15 +624,6 @@ def test_file_follows_the_front_end_within_four_steps(tmp_path):
     model.fit(data, np.zeros((64, 6, 4)), epochs=2, verbose=0)
     qat = cq.quantize_model(model)
     cq.calibrate(qat, data)
-    path = str(tmp_path / "qat.tflite")
-    cvk.export.export_tflite(
-        qat, path, quantization="full_int8", representative_data=data
-    )
-    got = np.asarray(cvk.export.predict_tflite(path, qat, data, batch_size=1))
-    want = keras.ops.convert_to_numpy(qat(data))
-    last = qat.layers[-1].output_quantizers[0]
-    low = min(float(last.range_min), 0.0)
-    step = (max(float(last.range_max), 0.0) - low) / 255
-    error = np.abs(got - want) / step
+    error = _file_error_in_steps(qat, data, tmp_path)
     assert error.max() <= 4.01
     assert error.mean() <= 0.9
