@@ -11,9 +11,13 @@ int8 grid (what "within one quantization step" counts), and each against
 the float model. `--post-training` adds the float model's own full_int8
 file against the float model. Prints a table, writes JSON.
 
+`--per-layer CLIPS` adds each quantized layer's output in the file
+against the QAT model's, from the input and on the file's own input to
+the layer: where the file departs from the QAT model.
+
 Run:  python benchmarks/qat_gap.py --model runs/music_classifier.keras
           [--calibration 100] [--held-out 64] [--post-training]
-          [--json qat_gap.json]
+          [--per-layer 3] [--json qat_gap.json]
 """
 
 import argparse
@@ -21,6 +25,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CVATTN_KERAS_QUIET_STARTUP", "1")
@@ -45,8 +50,18 @@ def parse(argv=None):
     parser.add_argument("--held-out", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--post-training", action="store_true")
+    parser.add_argument(
+        "--per-layer",
+        type=int,
+        default=0,
+        metavar="CLIPS",
+        help="also each quantized layer's output, file vs QAT model, on "
+        "CLIPS held-out clips (the file's tensors kept: slow, memory)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if args.per_layer < 0:
+        parser.error(f"--per-layer must be >= 0. Received: {args.per_layer}")
     for name in ("calibration", "held_out"):
         if getattr(args, name) < 1:
             parser.error(
@@ -105,6 +120,104 @@ def steps_apart(got, want, step):
     }
 
 
+def nudged(quantizer):
+    """The scale and int8 zero point that a `FakeQuant`'s range becomes in
+    the file (the range widened to hold 0, the zero point on a level)."""
+    low = min(float(quantizer.range_min), 0.0)
+    high = max(float(quantizer.range_max), 0.0, low + 1e-6)
+    scale = (high - low) / 255
+    return scale, int(np.clip(np.floor(-low / scale + 0.5), 0, 255)) - 128
+
+
+def file_tensor(interpreter, details, quantizer, like, name):
+    """The file's int8 tensor of `quantizer`'s scale and zero point and of
+    `like`'s size, dequantized: of those, one whose name holds `name`
+    where any does, the closest to `like` (`None` if none)."""
+    scale, zero = nudged(quantizer)
+    found = []
+    for detail in details:
+        tensor_scale, tensor_zero = detail["quantization"]
+        if (
+            detail["dtype"] != np.int8
+            or abs(tensor_scale - scale) > 1e-4 * scale
+            or tensor_zero != zero
+        ):
+            continue
+        try:
+            value = interpreter.get_tensor(detail["index"])
+        except ValueError:  # freed (a tensor of no op's output)
+            continue
+        if value.size == like.size:
+            value = (value.astype(np.float64) - zero) * scale
+            found.append((name in detail["name"], value.reshape(like.shape)))
+    named = [value for hit, value in found if hit] or [v for _, v in found]
+    if not named:
+        return None
+    return min(named, key=lambda value: np.abs(value - like).max())
+
+
+def per_layer(qat, path, clips):
+    """Each top-level quantized layer's output in the file (found by its
+    range's scale and zero point and its size) against the QAT model's,
+    in steps of that range, over `clips` run one at a time: `total`, from
+    the model's input, and `own`, the layer run in Keras on the file's
+    tensor of the quantized layer that feeds it (where it has one such
+    input): where the file departs from the QAT model."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    wrappers = [w for w in qat.layers if isinstance(w, cq.QuantizeWrapper)]
+    probe = keras.Model(qat.inputs, [w.output for w in wrappers])
+    with warnings.catch_warnings():  # "for debugging purposes only": yes
+        warnings.simplefilter("ignore", UserWarning)
+        interpreter = Interpreter(
+            model_path=path, experimental_preserve_all_tensors=True
+        )
+    interpreter.allocate_tensors()
+    (source,) = interpreter.get_input_details()
+    details = interpreter.get_tensor_details()
+    by_id = {id(w): i for i, w in enumerate(wrappers)}
+    rows = {w.name: {"total": [], "own": []} for w in wrappers}
+    for clip in clips:
+        wants = [np.asarray(o) for o in probe([clip[None]], training=False)]
+        scale, zero = source["quantization"]
+        value = np.clip(np.round(clip[None] / scale + zero), -128, 127)
+        interpreter.set_tensor(source["index"], value.astype(np.int8))
+        interpreter.invoke()
+        found = [
+            file_tensor(interpreter, details, output_quantizer(w), want, w.name)
+            for w, want in zip(wrappers, wants)
+        ]
+        for i, wrapper in enumerate(wrappers):
+            if found[i] is None:
+                continue
+            step = nudged(output_quantizer(wrapper))[0]
+            rows[wrapper.name]["total"].append(
+                np.abs(found[i] - wants[i]) / step
+            )
+            inputs = wrapper._inbound_nodes[0].input_tensors
+            feeds = [by_id.get(id(t._keras_history.operation)) for t in inputs]
+            if (
+                len(feeds) == 1
+                and feeds[0] is not None
+                and found[feeds[0]] is not None
+            ):
+                own = wrapper(found[feeds[0]].astype("float32"), training=False)
+                rows[wrapper.name]["own"].append(
+                    np.abs(np.asarray(own) - found[i]) / step
+                )
+    summary = {}
+    for name, row in rows.items():
+        summary[name] = {
+            key: {
+                "max_steps": float(max(e.max() for e in errors)),
+                "mean_steps": float(np.mean([e.mean() for e in errors])),
+            }
+            for key, errors in row.items()
+            if errors
+        }
+    return summary
+
+
 def main(argv=None):
     args = parse(argv)
     model = keras.saving.load_model(args.model)
@@ -143,6 +256,8 @@ def main(argv=None):
                 rows[name]["file_vs_qat"] = steps_apart(
                     logits, qat_logits, step
                 )
+                if args.per_layer:
+                    layers = per_layer(qat, path, held_out[: args.per_layer])
     result = {
         "model": args.model,
         "calibration_clips": args.calibration,
@@ -151,6 +266,8 @@ def main(argv=None):
         "qat_vs_float_max": float(np.abs(qat_logits - float_logits).max()),
         "files": rows,
     }
+    if args.per_layer:
+        result["per_layer"] = layers
     print(f"full_int8 files of {args.model} (output step {step:.4f})")
     print(
         "| file | vs QAT model: max / mean steps, beyond one | vs float: max |"
@@ -166,6 +283,22 @@ def main(argv=None):
         )
         print(f"| {name} | {text} | {row['file_vs_float_max']:.2f} |")
     print(f"QAT model vs float: max {result['qat_vs_float_max']:.2f}")
+    if args.per_layer:
+        print(
+            f"\nEach quantized layer's output, file vs QAT model, in steps "
+            f"of its range ({args.per_layer} held-out clips; own: the layer "
+            "on the file's input to it):\n"
+            "| layer | total: max / mean | own: max / mean |\n"
+            "| --- | --- | --- |"
+        )
+        for name, row in layers.items():
+            cells = [
+                f"{row[k]['max_steps']:.0f} / {row[k]['mean_steps']:.2f}"
+                if k in row
+                else "-"
+                for k in ("total", "own")
+            ]
+            print(f"| {name} | {cells[0]} | {cells[1]} |")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=2)
