@@ -188,8 +188,20 @@ def quantizing():
 @contextlib.contextmanager
 def quantization_aware(hook):
     """Within this context, `quantize(x)` is `hook(x)`, and the layers
-    trace their integer formulation (`plain_statistics()` is True)."""
-    tokens = (_QUANTIZE.set(hook), _PLAIN_STATISTICS.set(True))
+    trace their integer formulation (`plain_statistics()` is True). A
+    tensor that `hook` returned already is returned as it is: a tensor
+    rounded twice (a projection's output that its caller rounds again)
+    would have two ranges in the file."""
+    rounded = {}  # id -> tensor, kept alive so that the ids stay theirs
+
+    def once(x):
+        if id(x) in rounded:
+            return x
+        y = hook(x)
+        rounded[id(y)] = y
+        return y
+
+    tokens = (_QUANTIZE.set(once), _PLAIN_STATISTICS.set(True))
     try:
         yield
     finally:

@@ -340,20 +340,10 @@ class QuantizeWrapper(keras.layers.Wrapper):
 
 def _has_points(layer):
     """Whether `layer` (or a layer inside it) calls `_tracing.quantize`:
-    the batch norm, the front end, the transformer blocks."""
-    from cvattn_keras.layers.batch_normalization import (
-        ComplexBatchNormalization,
-    )
-    from cvattn_keras.layers.frontend import ComplexFrequencyFrontEnd
-    from cvattn_keras.layers.transformer import _ComplexTransformerBlock
-
-    kinds = (
-        ComplexBatchNormalization,
-        ComplexFrequencyFrontEnd,
-        _ComplexTransformerBlock,
-    )
+    its class says so with `_quantization_points = True` (the batch norm,
+    the front end, the attention layers, the transformer blocks)."""
     return any(
-        isinstance(inner, kinds)
+        getattr(type(inner), "_quantization_points", False)
         for inner in layer._flatten_layers(include_self=True)
     )
 

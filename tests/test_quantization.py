@@ -627,3 +627,60 @@ def test_file_follows_the_front_end_within_four_steps(tmp_path):
     error = _file_error_in_steps(qat, data, tmp_path)
     assert error.max() <= 4.01
     assert error.mean() <= 0.9
+
+
+@pytest.mark.parametrize("weights_once", [False, True])
+def test_attention_projects_with_rounded_kernels(weights_once):
+    """`ComplexMultiHeadAttention`'s query, key, value and output
+    projections within `quantization_aware` use their kernels on the
+    file's per-channel grid (the dense's last axis, before the heads'
+    reshape): the same as the layer given those kernels, rounded in
+    NumPy."""
+    from cvattn_keras import _tracing
+
+    keras.utils.set_random_seed(0)
+    layer = cl.ComplexMultiHeadAttention(2, key_dim=3)
+    x = np.random.default_rng(1).normal(size=(2, 5, 8))
+    layer(x, x)
+    denses = [
+        layer.query_dense,
+        layer.key_dense,
+        layer.value_dense,
+        layer.output_dense,
+    ]
+    with _tracing.for_export(weights_once=weights_once):
+        with _tracing.quantization_aware(lambda t: t):
+            got = keras.ops.convert_to_numpy(layer(x, x))
+        float_out = keras.ops.convert_to_numpy(layer(x, x))
+        for dense in denses:
+            real, imag = (
+                keras.ops.convert_to_numpy(w).astype("float64")
+                for w in (dense.kernel_real, dense.kernel_imag)
+            )
+            peak = np.maximum(np.abs(real), np.abs(imag)).max(axis=0)
+            scale = peak / 127
+            dense.kernel_real.assign(np.round(real / scale) * scale)
+            dense.kernel_imag.assign(np.round(imag / scale) * scale)
+        want = keras.ops.convert_to_numpy(layer(x, x))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.abs(got - float_out).max() > 1e-4  # the rounding shows
+
+
+def test_a_tensor_is_rounded_once():
+    """Within `quantization_aware`, `quantize` of a tensor that a point
+    returned already returns it as it is (a tensor rounded twice would
+    have two ranges in the file)."""
+    from cvattn_keras import _tracing
+
+    calls = []
+
+    def hook(x):
+        calls.append(x)
+        return x * 1.0
+
+    x = keras.ops.ones((2,))
+    with _tracing.quantization_aware(hook):
+        y = _tracing.quantize(x)
+        assert _tracing.quantize(y) is y
+        _tracing.quantize(x + 1.0)
+    assert len(calls) == 2

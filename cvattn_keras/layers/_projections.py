@@ -1,11 +1,13 @@
 """The attention layer's projections onto and from the heads: a
 `ComplexDense`'s weights applied through `einsum` (the block kernel, or
 Gauss's three products), or each real weight once (`complex.matmul_once`,
-the export's form)."""
+the export's form). In quantization-aware training the kernels are on
+the file's int8 grid (`_tracing.quantize_kernel`)."""
 
 import numpy as np
 from keras import ops
 
+from cvattn_keras import _tracing
 from cvattn_keras import complex as cx
 
 
@@ -25,9 +27,10 @@ def block_einsum(dense, inputs, equation, kernel_shape, in_axis, bias_shape):
     """Applies a `ComplexDense`'s weights through `einsum`, its complex
     kernel reshaped to `kernel_shape` and made a block kernel whose input
     features lie on `in_axis`; the complex bias reshaped to `bias_shape`."""
+    real, imag = _kernel(dense)
     kernel = cx.block_kernel(
-        ops.reshape(dense.kernel_real, kernel_shape),
-        ops.reshape(dense.kernel_imag, kernel_shape),
+        ops.reshape(real, kernel_shape),
+        ops.reshape(imag, kernel_shape),
         in_axis=in_axis,
     )
     outputs = ops.einsum(equation, inputs, kernel)
@@ -36,17 +39,27 @@ def block_einsum(dense, inputs, equation, kernel_shape, in_axis, bias_shape):
     return outputs
 
 
+def _kernel(dense, dtype=None):
+    """A `ComplexDense`'s kernel parts (cast to `dtype`), on the file's
+    int8 grid in quantization-aware training (one scale per output
+    channel: the last axis, before the heads' reshape)."""
+    real, imag = dense.kernel_real, dense.kernel_imag
+    if dtype is not None:
+        real, imag = ops.cast(real, dtype), ops.cast(imag, dtype)
+    return _tracing.quantize_kernel(real, imag)
+
+
 def gauss_einsum(dense, inputs, equation, kernel_shape, bias_shape):
     """`block_einsum` by Gauss's three products
     (`complex.gauss_product`): the stacked `inputs` split into their real
     and imaginary halves on the last axis, each contracted by `equation`
     against the kernel's parts (and sums) reshaped to `kernel_shape`; the
     parts of the result concatenated `[re | im]` on the last axis."""
-    dtype = dense.compute_dtype
+    real, imag = _kernel(dense, dense.compute_dtype)
     outputs = cx.gauss_product_stacked(
         inputs,
-        ops.reshape(ops.cast(dense.kernel_real, dtype), kernel_shape),
-        ops.reshape(ops.cast(dense.kernel_imag, dtype), kernel_shape),
+        ops.reshape(real, kernel_shape),
+        ops.reshape(imag, kernel_shape),
         lambda x, w: ops.einsum(equation, x, w),
     )
     if dense.use_bias:
@@ -59,10 +72,10 @@ def matmul_once(dense, inputs, kernel_shape, in_rank=1, out_shape=None):
     concatenated on axis `in_rank - 1` (`complex.kernel_once`), then
     flattened to `(2 in, out)`, applied by `complex.matmul_once` (with
     `out_shape`): `x W` stacked, each real weight once."""
-    dtype = dense.compute_dtype
+    real, imag = _kernel(dense, dense.compute_dtype)
     kernel = cx.kernel_once(
-        ops.reshape(ops.cast(dense.kernel_real, dtype), kernel_shape),
-        ops.reshape(ops.cast(dense.kernel_imag, dtype), kernel_shape),
+        ops.reshape(real, kernel_shape),
+        ops.reshape(imag, kernel_shape),
         axis=in_rank - 1,
     )
     width = int(np.prod(kernel.shape[:in_rank]))

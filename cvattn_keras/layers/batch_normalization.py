@@ -137,6 +137,10 @@ class ComplexBatchNormalization(keras.layers.Layer):
         mask: optional boolean `(B, ...)`, False for padded steps.
     """
 
+    # Calls `_tracing.quantize` in quantization-aware training (counted by
+    # `quantization.quantize_model`).
+    _quantization_points = True
+
     CONVENTIONS = ("trabelsi", "reference")
 
     def __init__(

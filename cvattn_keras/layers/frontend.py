@@ -70,6 +70,10 @@ class ComplexFrequencyFrontEnd(keras.layers.Layer):
     blocks' `ComplexConv1D` and `ComplexBatchNormalization`.
     """
 
+    # Calls `_tracing.quantize` in quantization-aware training (counted by
+    # `quantization.quantize_model`).
+    _quantization_points = True
+
     def __init__(
         self,
         filters=(16, 32, 64, 64, 128),

@@ -47,6 +47,10 @@ class _ComplexTransformerBlock(keras.layers.Layer):
     """What the encoder and the decoder share: arguments, residual
     sublayers with post- or pre-norm, and the feed-forward network."""
 
+    # Calls `_tracing.quantize` in quantization-aware training (counted by
+    # `quantization.quantize_model`).
+    _quantization_points = True
+
     def __init__(
         self,
         num_heads,
