@@ -132,7 +132,8 @@ def nudged(quantizer):
 def file_tensor(interpreter, details, quantizer, like, name):
     """The file's int8 tensor of `quantizer`'s scale and zero point and of
     `like`'s size, dequantized: of those, one whose name holds `name`
-    where any does, the closest to `like` (`None` if none)."""
+    where any does, the closest to `like` (`None` if none). The closest:
+    where several match, the errors found are a lower bound."""
     scale, zero = nudged(quantizer)
     found = []
     for detail in details:

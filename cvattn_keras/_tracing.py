@@ -192,13 +192,18 @@ def quantization_aware(hook):
     tensor that `hook` returned already is returned as it is: a tensor
     rounded twice (a projection's output that its caller rounds again)
     would have two ranges in the file."""
-    rounded = {}  # id -> tensor, kept alive so that the ids stay theirs
+    # id of a tensor passed or returned -> the rounded tensor; the keys'
+    # tensors kept alive so that their ids stay theirs. Both ids count, so
+    # that a hook that returns its input (a dry run, `calibrate`) and one
+    # that returns a new tensor (training) see the same points.
+    rounded, alive = {}, []
 
     def once(x):
         if id(x) in rounded:
-            return x
+            return rounded[id(x)]
         y = hook(x)
-        rounded[id(y)] = y
+        rounded[id(x)] = rounded[id(y)] = y
+        alive.extend((x, y))
         return y
 
     tokens = (_QUANTIZE.set(once), _PLAIN_STATISTICS.set(True))

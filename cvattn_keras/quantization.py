@@ -341,7 +341,7 @@ class QuantizeWrapper(keras.layers.Wrapper):
 def _has_points(layer):
     """Whether `layer` (or a layer inside it) calls `_tracing.quantize`:
     its class says so with `_quantization_points = True` (the batch norm,
-    the front end, the attention layers, the transformer blocks)."""
+    the front end, the transformer blocks)."""
     return any(
         getattr(type(inner), "_quantization_points", False)
         for inner in layer._flatten_layers(include_self=True)
@@ -376,9 +376,9 @@ def _count_points(layer, node):
         shapes = [tuple(a.shape) for a in args if hasattr(a, "shape")]
         raise ValueError(
             f"`quantize_model` counts the rounding points of layer "
-            f"{layer.name!r} (a batch norm inside) by calling it on zeros "
-            f"of shapes {shapes} (an unknown dimension taken as 1), which "
-            f"failed: {error}. Give the model's inputs known shapes."
+            f"{layer.name!r} by calling it on zeros of shapes {shapes} (an "
+            f"unknown dimension taken as 1), which failed: {error}. Give "
+            "the model's inputs known shapes."
         ) from error
     return count
 

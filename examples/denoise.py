@@ -156,6 +156,11 @@ def parse(argv):
     args = parser.parse_args(argv)
     if args.qat_seeds != 1 and args.qat is None:
         parser.error("--qat-seeds goes with --qat")
+    if args.qat is not None and "complex" not in args.models:
+        parser.error(
+            "--qat fine-tunes the first complex model: --models needs "
+            f"complex. Received: --models {','.join(args.models)}"
+        )
     if args.smoke:
         args.seeds, args.epochs = 2, 1
         args.train_examples, args.test_examples = 8, 2

@@ -230,6 +230,13 @@ def parse_args(argv=None):
         args.modes = modes(
             "float32,full_int8" if args.smoke else ",".join(MODES)
         )
+    if args.qat is not None and not args.modes:
+        parser.error("--qat exports full_int8 files: not with --modes none")
+    if args.qat is not None and all(MODELS[m][1] for m in args.models):
+        parser.error(
+            "--qat fine-tunes the exported complex model: --models needs "
+            f"one. Received: --models {','.join(args.models)}"
+        )
     factor, why = image_factor(args.models, args.smoke)
     if args.image_size % factor:
         parser.error(

@@ -142,6 +142,16 @@ CASES = [
     ("compare_attention.py", ["--frames", "2"], None, "2"),
     ("compare_attention.py", ["--frames", "400"], None, "400"),
     ("compare_attention.py", ["--output", FILE], None, FILE),
+    # --qat where it would do nothing: refused, not ignored.
+    ("mri_reconstruction.py", ["--qat", "1", "--modes", "none"], None, "none"),
+    (
+        "mri_reconstruction.py",
+        ["--qat", "1", "--models", "real_unet"],
+        None,
+        "real_unet",
+    ),
+    ("denoise.py", ["--qat", "1", "--models", "real"], None, "real"),
+    ("train_music.py", ["--qat-seeds", "3"], None, "--qat"),
 ]
 
 

@@ -567,7 +567,7 @@ def test_file_follows_a_2d_convolution_model_within_one_step(tmp_path):
 
 def test_front_end_and_encoder_round_their_inner_tensors():
     """A QAT model rounds inside the front end (each convolution's output,
-    each activation's but the last, and its batch norms' 15 points each)
+    each activation's but the last, and its batch norms' 9 points each)
     and inside a transformer block (each norm's output, each sublayer's
     output and residual sum, the feed-forward's hidden layer and its
     activation: 8 points, pre- or post-norm): `calibrate` gives each of
@@ -584,8 +584,8 @@ def test_front_end_and_encoder_round_their_inner_tensors():
     )(h)
     qat = cq.quantize_model(keras.Model(x, cl.ComplexDense(2)(h)))
     wrappers = [w for w in qat.layers if isinstance(w, cq.QuantizeWrapper)]
-    # front end: 2 convolutions + 1 activation + 2 x 15 (trabelsi BN),
-    # where the reference convention's BN has 9.
+    # front end: 2 convolutions + 1 activation + 2 batch norms of the
+    # reference convention (the front end's default), 9 points each.
     assert [w.num_points for w in wrappers] == [2 + 1 + 2 * 9, 0, 8, 8, 0]
     data = np.random.default_rng(0).normal(size=(16, 6, 32))
     cq.calibrate(qat, data)
@@ -682,5 +682,14 @@ def test_a_tensor_is_rounded_once():
     with _tracing.quantization_aware(hook):
         y = _tracing.quantize(x)
         assert _tracing.quantize(y) is y
+        assert _tracing.quantize(x) is y  # the same tensor, one range
+        _tracing.quantize(x + 1.0)
+    assert len(calls) == 2
+    # A hook that returns its input (the dry run that counts the points,
+    # `calibrate`) sees the same points.
+    calls.clear()
+    with _tracing.quantization_aware(lambda t: calls.append(t) or t):
+        h = x * 2.0
+        _tracing.quantize(h) + _tracing.quantize(h)
         _tracing.quantize(x + 1.0)
     assert len(calls) == 2
