@@ -43,7 +43,7 @@ def test_qat_gap_smoke(tmp_path, capsys):
     keras.utils.set_random_seed(0)
     model = cvk.models.music_classifier(
         frames=8,
-        stft=cvk.layers.ComplexSTFT(256, 256, center=False),
+        stft=cvk.layers.ComplexSTFT(256, 256, center=False, name="stft"),
         notes=4,
         embed_dim=8,
         num_heads=2,
@@ -71,7 +71,7 @@ def test_qat_gap_smoke(tmp_path, capsys):
     # (one convolution with its kernel on the grid, from the quantized
     # input) within one step.
     assert len(layers) == 9 and all("total" in row for row in layers.values())
-    assert layers["quant_complex_stft"]["total"]["max_steps"] <= 1.01
+    assert layers["quant_stft"]["total"]["max_steps"] <= 1.01
     for row in layers.values():
         for errors in row.values():
             assert math.isfinite(errors["max_steps"])
