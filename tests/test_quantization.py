@@ -235,6 +235,30 @@ def _file_error_in_steps(qat, data, tmp_path):
     return np.abs(got - want) / step
 
 
+def _rounding_applied(layers_axes, run, weights_once):
+    """`run()` within `quantization_aware` and without, then with each
+    layer's kernel parts rounded in NumPy (one scale per output channel:
+    `max |w| / 127` over its `axes`, `(layer, axes)` in `layers_axes`):
+    `(got, float_out, want)`."""
+    from cvattn_keras import _tracing
+
+    with _tracing.for_export(weights_once=weights_once):
+        with _tracing.quantization_aware(lambda t: t):
+            got = keras.ops.convert_to_numpy(run())
+        float_out = keras.ops.convert_to_numpy(run())
+        for layer, axes in layers_axes:
+            real, imag = (
+                keras.ops.convert_to_numpy(w).astype("float64")
+                for w in (layer.kernel_real, layer.kernel_imag)
+            )
+            peak = np.maximum(np.abs(real), np.abs(imag))
+            scale = peak.max(axis=axes, keepdims=True) / 127
+            layer.kernel_real.assign(np.round(real / scale) * scale)
+            layer.kernel_imag.assign(np.round(imag / scale) * scale)
+        want = keras.ops.convert_to_numpy(run())
+    return got, float_out, want
+
+
 def test_kernels_take_the_files_per_channel_grid():
     """Within `quantization_aware`, a complex kernel's parts are rounded
     to int8 symmetric levels with one scale per output channel over both
@@ -266,24 +290,14 @@ def test_conv1d_applies_the_rounded_kernel(weights_once):
     and the weights-once form of the export) computes with its kernel
     rounded to the per-channel grid: the same as the layer given that
     kernel, rounded in NumPy."""
-    from cvattn_keras import _tracing
 
     keras.utils.set_random_seed(0)
     layer = cl.ComplexConv1D(3, 2, padding="causal")
     x = _data()[:4]
     layer(x)
-    real, imag = (
-        keras.ops.convert_to_numpy(w).astype("float64")
-        for w in (layer.kernel_real, layer.kernel_imag)
+    got, float_out, want = _rounding_applied(
+        [(layer, (0, 1))], lambda: layer(x), weights_once
     )
-    scale = np.maximum(np.abs(real), np.abs(imag)).max(axis=(0, 1)) / 127
-    with _tracing.for_export(weights_once=weights_once):
-        with _tracing.quantization_aware(lambda t: t):
-            got = keras.ops.convert_to_numpy(layer(x))
-        float_out = keras.ops.convert_to_numpy(layer(x))
-        layer.kernel_real.assign(np.round(real / scale) * scale)
-        layer.kernel_imag.assign(np.round(imag / scale) * scale)
-        want = keras.ops.convert_to_numpy(layer(x))
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert np.abs(got - float_out).max() > 1e-4  # the rounding shows
 
@@ -297,28 +311,17 @@ def test_conv2d_applies_the_rounded_kernel(transposed, weights_once):
     a transposed convolution's `(kh, kw, F, C)` (the TFLite weights' first
     axis after the converter's transpose, where it keeps one scale per
     channel)."""
-    from cvattn_keras import _tracing
 
     keras.utils.set_random_seed(0)
     kind = cl.ComplexConv2DTranspose if transposed else cl.ComplexConv2D
     layer = kind(3, 2, strides=2 if transposed else 1, padding="same")
     x = np.random.default_rng(1).normal(size=(2, 4, 4, 4))
     layer(x)
-    real, imag = (
-        keras.ops.convert_to_numpy(w).astype("float64")
-        for w in (layer.kernel_real, layer.kernel_imag)
-    )
+    assert layer.kernel_real.shape[2 if transposed else 3] == 3  # outputs
     axes = (0, 1, 3) if transposed else (0, 1, 2)
-    peak = np.maximum(np.abs(real), np.abs(imag)).max(axis=axes, keepdims=True)
-    scale = peak / 127
-    assert scale.size == 3  # one per output channel
-    with _tracing.for_export(weights_once=weights_once):
-        with _tracing.quantization_aware(lambda t: t):
-            got = keras.ops.convert_to_numpy(layer(x))
-        float_out = keras.ops.convert_to_numpy(layer(x))
-        layer.kernel_real.assign(np.round(real / scale) * scale)
-        layer.kernel_imag.assign(np.round(imag / scale) * scale)
-        want = keras.ops.convert_to_numpy(layer(x))
+    got, float_out, want = _rounding_applied(
+        [(layer, axes)], lambda: layer(x), weights_once
+    )
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert np.abs(got - float_out).max() > 1e-4  # the rounding shows
 
@@ -636,7 +639,6 @@ def test_attention_projects_with_rounded_kernels(weights_once):
     file's per-channel grid (the dense's last axis, before the heads'
     reshape): the same as the layer given those kernels, rounded in
     NumPy."""
-    from cvattn_keras import _tracing
 
     keras.utils.set_random_seed(0)
     layer = cl.ComplexMultiHeadAttention(2, key_dim=3)
@@ -648,20 +650,9 @@ def test_attention_projects_with_rounded_kernels(weights_once):
         layer.value_dense,
         layer.output_dense,
     ]
-    with _tracing.for_export(weights_once=weights_once):
-        with _tracing.quantization_aware(lambda t: t):
-            got = keras.ops.convert_to_numpy(layer(x, x))
-        float_out = keras.ops.convert_to_numpy(layer(x, x))
-        for dense in denses:
-            real, imag = (
-                keras.ops.convert_to_numpy(w).astype("float64")
-                for w in (dense.kernel_real, dense.kernel_imag)
-            )
-            peak = np.maximum(np.abs(real), np.abs(imag)).max(axis=0)
-            scale = peak / 127
-            dense.kernel_real.assign(np.round(real / scale) * scale)
-            dense.kernel_imag.assign(np.round(imag / scale) * scale)
-        want = keras.ops.convert_to_numpy(layer(x, x))
+    got, float_out, want = _rounding_applied(
+        [(dense, 0) for dense in denses], lambda: layer(x, x), weights_once
+    )
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert np.abs(got - float_out).max() > 1e-4  # the rounding shows
 
